@@ -1,0 +1,131 @@
+"""Command line. Textual is imported only on the TUI path: --version, --once and --json start fast."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+from gputui import __version__
+from gputui.collect.source import GpuSource, SourceUnavailable
+
+EXIT_NO_SOURCE = 2
+NO_DRIVER_HINT = "run `gputui --demo` for simulated GPUs, or `gputui doctor` to find out why"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one clear line instead of usage + error
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 0.1 and 3600 seconds, not {text}")
+    return value
+
+
+def _gpu_count(text: str) -> int:
+    from gputui.collect.demo import MAX_GPUS
+
+    if not text.isdigit() or not 1 <= int(text) <= MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_GPUS}, not {text!r}")
+    return int(text)
+
+
+def _directory(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"not a directory: {text}")
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="gputui", description="A terminal GPU monitor: GPUs, their processes, zombies.")
+    ap.add_argument("--version", action="version", version=f"gputui {__version__}")
+    ap.add_argument("--demo", action="store_true", help="simulated GPUs with real child processes")
+    ap.add_argument("--demo-gpus", type=_gpu_count, default=4, metavar="N", help="GPUs in the demo (1-16)")
+    ap.add_argument("--seed", type=int, default=0, help="the demo's random seed")
+    ap.add_argument("--interval", type=_interval, default=1.0, metavar="S", help="seconds between samples")
+    ap.add_argument("--devices-dir", type=_directory, metavar="DIR",
+                    help="where to look for nvidia device files (default /dev; the demo's own in --demo)")
+    out = ap.add_mutually_exclusive_group()
+    out.add_argument("--once", action="store_true", help="print one table and exit")
+    out.add_argument("--json", action="store_true", help="print one snapshot as JSON and exit")
+    return ap
+
+
+def make_source(args: argparse.Namespace, start_at: float = 0.0) -> GpuSource:
+    if args.demo:
+        from gputui.collect.demo import DemoSource
+
+        return DemoSource(gpus=args.demo_gpus, seed=args.seed, start_at=start_at)
+    from gputui.collect.nvml import NvmlSource
+
+    return NvmlSource(devices_dir=args.devices_dir or Path("/dev"))
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    # SystemExit unwinds through `finally`, so the demo's children and files are cleaned up.
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGHUP, _exit_on_signal)  # a dropped SSH connection: exit, never spin
+    try:
+        if args.once or args.json:
+            return _oneshot(args)
+        return _live(args)
+    except SourceUnavailable as err:
+        hint = "" if args.demo else f"; {NO_DRIVER_HINT}"
+        print(f"gputui: {err}{hint}", file=sys.stderr)
+        return EXIT_NO_SOURCE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `gputui --once | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _oneshot(args: argparse.Namespace) -> int:
+    from gputui.collect.sampler import Sampler
+
+    # The demo shows a job in full swing, not its warm-up.
+    with Sampler(make_source(args, start_at=120.0)) as sampler:
+        sampler.tick()  # %CPU and PCIe rates need a previous reading
+        time.sleep(min(0.5, args.interval))
+        snap = sampler.tick()
+    if args.json:
+        from gputui.jsonout import dumps
+
+        print(dumps(snap, indent=2))
+    else:
+        from gputui.oneshot import render
+
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        print(render(snap, width))
+    return 0
+
+
+def _live(args: argparse.Namespace) -> int:
+    """A plain refreshing table until the full-screen UI lands."""
+    from gputui.collect.sampler import Sampler
+    from gputui.oneshot import render
+
+    with Sampler(make_source(args)) as sampler:
+        while True:
+            snap = sampler.tick()
+            width = shutil.get_terminal_size().columns
+            sys.stdout.write("\x1b[H\x1b[2J" + render(snap, width) + "\n")
+            sys.stdout.flush()
+            time.sleep(args.interval)

@@ -1,0 +1,1 @@
+"""Everything that reads the machine. Never imports Textual."""

@@ -1,0 +1,223 @@
+"""The demo source: simulated GPUs whose processes are real.
+
+The GPU readings are simulated (training epochs at ~95 % with short data-loader stalls and longer
+evaluation dips; memory ramping up at start), deterministic for a seed and a clock. The processes are
+real children: one trainer per GPU with data-loader workers, one orphaned worker whose parent has
+exited, one defunct child, all holding stand-in device files (nvidia0..N-1, nvidiactl, nvidia-uvm in a
+private temporary directory) exactly as CUDA processes hold /dev/nvidia*. So the process join, the
+holder scan and kill all run on real processes.
+
+Nothing outlives gputui: every child watches a pipe whose only writer is gputui, and exits at its
+end-of-file, which the kernel delivers however gputui ends (exit, signal, crash, SIGKILL).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
+from gputui.model import GpuProcess, GpuSample
+
+MAX_GPUS = 16
+GIB = 1 << 30
+_TOTAL = 81559 * (1 << 20)  # an H100 80GB HBM3 as NVML reports it
+_RESERVED = 515 * (1 << 20)
+_CHILD = Path(__file__).with_name("demo_train.py")
+_RAMP_S = 20.0  # warm-up: memory climbs, utilization follows
+
+
+class _Sim:
+    """One simulated GPU: its timeline is a pure function of (seed, index, seconds since start)."""
+
+    def __init__(self, seed: int, index: int) -> None:
+        rng = random.Random(seed * 1000 + index)
+        self.seed, self.index = seed, index
+        self.epoch = rng.uniform(50.0, 80.0)
+        self.eval = rng.uniform(6.0, 10.0)
+        self.phase = rng.uniform(0.0, self.epoch)
+        # Data-loader stalls: a few short dips at fixed points of each epoch.
+        self.stalls = sorted((rng.uniform(5.0, self.epoch - self.eval - 5.0), rng.uniform(2.0, 3.5))
+                             for _ in range(rng.randint(2, 3)))
+        self.target_mem = int(rng.uniform(0.55, 0.9) * _TOTAL)
+        self.power_cap = 500.0 if index == 3 else 700.0  # GPU 3 runs power-capped: it throttles
+        self.uuid = "GPU-" + "-".join(f"{rng.getrandbits(b):0{b // 4}x}" for b in (32, 16, 16, 16, 48))
+
+    def noise(self, t: float, spread: float) -> float:
+        return random.Random(f"{self.seed}:{self.index}:{int(t)}").uniform(-spread, spread)
+
+    def util(self, t: float) -> float:
+        ramp = min(1.0, t / _RAMP_S)
+        pos = (t + self.phase) % self.epoch
+        if pos > self.epoch - self.eval:
+            level = 18.0 + self.noise(t, 8.0)  # evaluation: small batches, CPU-side metrics
+        elif any(s <= pos < s + d for s, d in self.stalls):
+            level = 22.0 + self.noise(t, 10.0)  # the data loader cannot keep up
+        else:
+            level = 95.0 + self.noise(t, 3.0)
+        return max(0.0, min(100.0, level * (0.3 + 0.7 * ramp)))
+
+    def memory(self, t: float) -> int:
+        ramp = min(1.0, t / _RAMP_S)
+        wobble = int(0.01 * _TOTAL * math.sin(t / 7.0 + self.index))
+        return int(0.4 * GIB + ramp * (self.target_mem - 0.4 * GIB)) + (wobble if ramp >= 1.0 else 0)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """Running, and not merely a zombie waiting for init (or a subreaper) to reap it."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class DemoSource:
+    name = "demo"
+
+    def __init__(self, gpus: int = 4, seed: int = 0, workers: int = 3,
+                 clock: Callable[[], float] = time.time, start_at: float = 0.0) -> None:
+        """`start_at`: simulated seconds of training already done when the demo opens (0: warm-up)."""
+        if not 1 <= gpus <= MAX_GPUS:
+            raise SourceUnavailable(f"--demo-gpus must be between 1 and {MAX_GPUS}, not {gpus}")
+        self.gpu_count, self.seed, self.workers, self.clock = gpus, seed, workers, clock
+        self.start_at = start_at
+        self.sims = [_Sim(seed, i) for i in range(gpus)]
+        self.devices_dir = Path("/nonexistent")
+        self.trainers: list[subprocess.Popen[bytes]] = []
+        self.orphan_pid: int | None = None
+        self.ghost_pid: int | None = None
+        self._watch_w: int | None = None
+        self._t0 = 0.0
+        self._energy = [0.0] * gpus
+        self._last_t: float | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def open(self) -> SourceInfo:
+        self.devices_dir = Path(tempfile.mkdtemp(prefix="gputui-demo-"))
+        for name in [f"nvidia{i}" for i in range(self.gpu_count)] + ["nvidiactl", "nvidia-uvm"]:
+            (self.devices_dir / name).touch(mode=0o666)
+        atexit.register(self.close)
+        read_end, self._watch_w = os.pipe()  # both ends close-on-exec; only the read end is passed on
+        try:
+            for i in range(self.gpu_count):
+                self.trainers.append(self._spawn(read_end, "trainer", i, workers=self.workers,
+                                                 defunct=i == 0, janitor=i == 0))
+            orphan_parent = self._spawn(read_end, "orphan-parent", 0)
+            assert orphan_parent.stdout is not None
+            with orphan_parent.stdout:
+                self.orphan_pid = int(orphan_parent.stdout.readline())
+            orphan_parent.wait(timeout=10)
+            for p in self.trainers:
+                assert p.stdout is not None
+                if p.stdout.readline().strip() != b"ready":
+                    raise OSError(f"demo trainer {p.pid} did not start")
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as err:
+            self.close()
+            raise SourceUnavailable(f"the demo could not start its processes: {err}") from None
+        finally:
+            os.close(read_end)
+        self.ghost_pid = self._free_pid()
+        self._t0 = self.clock() - self.start_at
+        return SourceInfo(driver_version="580.95.05", nvml_version="13.580.95.05", cuda_driver_version="13.0")
+
+    def _spawn(self, watch: int, role: str, gpu: int, workers: int = 0, defunct: bool = False,
+               janitor: bool = False) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-I", str(_CHILD), "--role", role, "--gpu", str(gpu),
+               "--workers", str(workers)]
+        cmd += ["--defunct"] * defunct + ["--janitor"] * janitor
+        env = {**os.environ, "GPUTUI_DEMO_DEVICES": str(self.devices_dir), "GPUTUI_DEMO_WATCH": str(watch),
+               "CUDA_VISIBLE_DEVICES": str(gpu)}
+        # A session of its own: a Ctrl-C in gputui's terminal must not reach the children.
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env=env, pass_fds=(watch,),
+                                start_new_session=True)
+
+    def close(self) -> None:
+        if self._watch_w is not None:
+            os.close(self._watch_w)  # every child sees end-of-file and exits
+            self._watch_w = None
+        leftovers = []
+        for p in self.trainers:
+            with contextlib.suppress(psutil.Error):
+                leftovers += psutil.Process(p.pid).children(recursive=True)
+        for p in self.trainers:
+            try:
+                p.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
+        if self.orphan_pid is not None:
+            with contextlib.suppress(psutil.Error):
+                leftovers.append(psutil.Process(self.orphan_pid))
+        deadline = time.monotonic() + 2.0
+        while (alive := [p for p in leftovers if _alive(p)]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for proc in alive:  # only if a child ignored the pipe; is_running() guards against PID reuse
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        self.trainers = []
+        self.orphan_pid = None
+        if self.devices_dir.name.startswith("gputui-demo-"):
+            shutil.rmtree(self.devices_dir, ignore_errors=True)
+        atexit.unregister(self.close)
+
+    @staticmethod
+    def _free_pid() -> int:
+        """A PID nobody uses here: a process NVML lists that lives in another PID namespace."""
+        pid = 48_213
+        while psutil.pid_exists(pid):
+            pid += 1
+        return pid
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def read(self, slow: bool) -> Reading:
+        t = max(0.0, self.clock() - self._t0)
+        dt = 0.0 if self._last_t is None else max(0.0, t - self._last_t)
+        self._last_t = t
+        gpus, procs = [], []
+        for sim, trainer in zip(self.sims, self.trainers, strict=False):
+            i = sim.index
+            util = sim.util(t)
+            trainer_mem = sim.memory(t)
+            leaked = GIB + GIB // 2 if i == 0 else 0  # held by the orphan: unaccounted on GPU 0
+            ghost = GIB if i == self.gpu_count - 1 and self.gpu_count > 1 else 0
+            used = trainer_mem + leaked + ghost
+            busy = util / 100.0
+            power = min(sim.power_cap, 72.0 + 640.0 * busy + sim.noise(t, 6.0))
+            capped = power >= sim.power_cap - 1.0
+            self._energy[i] += power * dt
+            gpus.append(GpuSample(
+                index=i, name="NVIDIA H100 80GB HBM3", uuid=sim.uuid,
+                pci_bus_id=f"00000000:{0x18 + 0x08 * i:02X}:00.0",
+                minor=i, util_gpu=round(util), util_mem=round(util * 0.45), mem_total=_TOTAL, mem_used=used,
+                mem_reserved=_RESERVED, temperature=round(34 + 0.38 * util), power=round(power, 1),
+                power_limit=sim.power_cap, energy=round(self._energy[i], 1), fan=None,
+                sm_clock=(1755 if capped else 1980) if util > 5 else 345, sm_clock_max=1980,
+                mem_clock=2619, mem_clock_max=2619, pstate=0 if util > 5 else 8,
+                throttle_reasons=("sw_power_cap",) if capped else (("gpu_idle",) if util <= 5 else ()),
+                enc_util=0, dec_util=12 if i == 1 and util > 50 else 0,
+                pcie_rx=round(busy * 9.5e9), pcie_tx=round(busy * 0.8e9),
+                compute_mode="Default", persistence_mode=True, mig_mode=False,
+            ))
+            procs.append(GpuProcess(gpu=i, pid=trainer.pid, kinds="C", used_memory=trainer_mem,
+                                    sm_util=round(util * 0.97), mem_util=round(util * 0.44)))
+            if ghost and self.ghost_pid is not None:
+                procs.append(GpuProcess(gpu=i, pid=self.ghost_pid, kinds="C", used_memory=ghost,
+                                        sm_util=0, mem_util=0))
+        return Reading(tuple(gpus), tuple(procs))

@@ -1,0 +1,79 @@
+"""A stand-in training process for the demo source. Standard library only; run as a script.
+
+It holds the stand-in device files open as a CUDA process holds /dev/nvidiactl, /dev/nvidia-uvm and
+/dev/nvidiaN, forks data-loader workers that inherit them, and exits when the watch pipe from gputui
+reaches end-of-file: so nothing outlives gputui, even when gputui is killed with SIGKILL.
+
+The environment names the stand-in device directory (GPUTUI_DEMO_DEVICES) and the pipe's read end
+(GPUTUI_DEMO_WATCH), which keeps the command line short, as a real one is. Roles:
+  trainer        holds the files, forks --workers workers; --defunct also leaves one child unreaped
+  orphan-parent  forks one worker, prints its pid and exits at once, orphaning it
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import time
+
+
+def _open_devices(devdir: str, minor: int) -> list[int]:
+    names = ("nvidiactl", "nvidia-uvm", f"nvidia{minor}")
+    return [os.open(os.path.join(devdir, n), os.O_RDWR) for n in names]
+
+
+def _wait_for_eof(fd: int) -> None:
+    while True:
+        try:
+            if not os.read(fd, 1):
+                return
+        except InterruptedError:
+            continue
+
+
+def _fork_worker(watch: int) -> int:
+    pid = os.fork()
+    if pid == 0:  # the worker: inherits the device fds, as a DataLoader worker does
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)  # let go of gputui's stdout pipe, or gputui would wait for its EOF
+        os.close(devnull)
+        _wait_for_eof(watch)
+        os._exit(0)
+    return pid
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--role", choices=("trainer", "orphan-parent"), required=True)
+    ap.add_argument("--gpu", type=int, required=True)
+    ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--defunct", action="store_true")
+    ap.add_argument("--janitor", action="store_true", help="remove the devices dir when gputui is gone")
+    args = ap.parse_args(argv)
+    args.devices = os.environ["GPUTUI_DEMO_DEVICES"]  # the stand-in /dev
+    args.watch = int(os.environ["GPUTUI_DEMO_WATCH"])  # the read end of gputui's pipe
+
+    fds = _open_devices(args.devices, args.gpu)  # noqa: F841 - held open for the process's life
+    if args.role == "orphan-parent":
+        print(_fork_worker(args.watch), flush=True)
+        return 0
+
+    # SIGINT is how a trainer is asked to save a checkpoint and stop: pretend to, then exit cleanly.
+    signal.signal(signal.SIGINT, lambda *_: (time.sleep(0.2), os._exit(0)))
+    for _ in range(args.workers):
+        _fork_worker(args.watch)
+    if args.defunct and os.fork() == 0:
+        os._exit(0)  # never waited for: stays a zombie while this trainer lives
+    print("ready", flush=True)
+    _wait_for_eof(args.watch)
+    if args.janitor:
+        shutil.rmtree(args.devices, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

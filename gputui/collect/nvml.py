@@ -1,0 +1,420 @@
+"""The NVML source, through NVIDIA's nvidia-ml-py binding (``import pynvml``).
+
+Real drivers differ in what they support, so every field is read on its own: an error gives ``None`` for
+that field, ``NotSupported``/``FunctionNotFound`` also stop asking for it, and ``GpuIsLost`` marks the GPU
+lost without hiding the others. Calls are spread over three cadences to keep a tick cheap (about 8 NVML
+calls per GPU per tick at 1 Hz):
+
+- every tick: utilization, memory, one batched field read (power, power limit, energy, PCIe byte
+  counters), the compute and graphics process lists, per-process utilization;
+- slow ticks (every few seconds): temperature, clocks, P-state, clock-event reasons, fan, encoder and
+  decoder, the MPS process list (every tick once MPS clients were seen);
+- every SETTINGS_EVERY slow ticks: compute, persistence and MIG modes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
+from gputui.model import GpuProcess, GpuSample
+
+SETTINGS_EVERY = 6  # slow ticks between reads of modes that change only by an admin's hand
+
+_SKIP_FOREVER = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
+
+_COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+
+_REASONS = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal"),
+    (0x040, "hw_thermal"),
+    (0x080, "hw_power_brake"),
+    (0x100, "display_clocks"),
+)
+
+# Field ids read in one nvmlDeviceGetFieldValues call each tick.
+_F_POWER = pynvml.NVML_FI_DEV_POWER_INSTANT  # mW
+_F_LIMIT = pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT  # mW
+_F_ENERGY = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION  # mJ
+_F_PCIE_TX = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES  # byte counters; rates come from deltas
+_F_PCIE_RX = pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+_FIELDS = (_F_POWER, _F_LIMIT, _F_ENERGY, _F_PCIE_TX, _F_PCIE_RX)
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    """nvmlProcessInfo_v1_t, which nvidia-ml-py no longer defines (drivers before 470 return it)."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+_PROC_SYMBOLS = {
+    "C": "nvmlDeviceGetComputeRunningProcesses",
+    "G": "nvmlDeviceGetGraphicsRunningProcesses",
+    "M": "nvmlDeviceGetMPSComputeRunningProcesses",
+}
+# Newest first; an old driver lacks the newer symbols.
+_PROC_VERSIONS: tuple[tuple[str, type[ctypes.Structure]], ...] = (
+    ("_v3", pynvml.c_nvmlProcessInfo_v3_t),
+    ("_v2", pynvml.c_nvmlProcessInfo_v2_t),
+    ("", _ProcessInfoV1),
+)
+_NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+_SIZING_ATTEMPTS = 4
+
+
+class _Lost(Exception):
+    pass
+
+
+@dataclass
+class _Gpu:
+    index: int
+    handle: Any
+    static: dict[str, Any] = field(default_factory=dict)
+    slow: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    skip: set[str] = field(default_factory=set)  # fields this GPU/driver does not support
+    lost: bool = False
+    proc_util_ts: int = 0  # NVML's lastSeenTimeStamp for per-process utilization
+    proc_version: dict[str, int] = field(default_factory=dict)  # kind -> index into _PROC_VERSIONS
+    mps_seen: bool = False
+    pcie_prev: tuple[float, int, int] | None = None  # (monotonic time, tx bytes, rx bytes)
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _field_value(fv: Any) -> float | int | None:
+    if fv.nvmlReturn != pynvml.NVML_SUCCESS:
+        return None
+    kind = fv.valueType
+    v = fv.value
+    if kind == pynvml.NVML_VALUE_TYPE_DOUBLE:
+        return v.dVal
+    if kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return v.uiVal
+    if kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
+        return v.ulVal
+    if kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+        return v.ullVal
+    if kind == pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return v.sllVal
+    if kind == pynvml.NVML_VALUE_TYPE_SIGNED_INT:
+        return v.siVal
+    if kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT:
+        return v.usVal
+    return None
+
+
+def _sized_call(fn: Any, handle: Any, struct: type[ctypes.Structure]) -> list[tuple[int, int | None]]:
+    """NVML's two-call pattern: ask for the count, then fill a buffer with headroom for newcomers."""
+    count = ctypes.c_uint(0)
+    ret = fn(handle, ctypes.byref(count), None)
+    buf = None
+    for _ in range(_SIZING_ATTEMPTS):
+        if ret == pynvml.NVML_SUCCESS:
+            if buf is None:
+                return []
+            return [(p.pid, None if p.usedGpuMemory == _NOT_AVAILABLE else p.usedGpuMemory)
+                    for p in buf[: count.value]]
+        if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise pynvml.NVMLError(ret)
+        count.value = count.value * 2 + 8
+        buf = (struct * count.value)()
+        ret = fn(handle, ctypes.byref(count), buf)
+    raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+
+
+def _init_error_message(err: Exception) -> str:
+    if isinstance(err, pynvml.NVMLError_LibraryNotFound):
+        return "NVIDIA driver not found: libnvidia-ml.so.1 could not be loaded"
+    if isinstance(err, pynvml.NVMLError_DriverNotLoaded):
+        return "NVIDIA driver is installed but not loaded (is the kernel module missing?)"
+    if isinstance(err, pynvml.NVMLError_NoPermission):
+        return "no permission to use the NVIDIA driver (NVML: insufficient permissions)"
+    if isinstance(err, pynvml.NVMLError_LibRmVersionMismatch):
+        return "NVIDIA driver and libnvidia-ml versions differ (reboot or reload the driver)"
+    return f"NVML failed to start: {err}"
+
+
+class NvmlSource:
+    name = "nvml"
+
+    def __init__(self, devices_dir: Path = Path("/dev")) -> None:
+        self.devices_dir = devices_dir
+        self._gpus: list[_Gpu] = []
+        self._open_errors: list[str] = []
+        self._slow_ticks = 0
+        self._opened = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def open(self) -> SourceInfo:
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as err:
+            raise SourceUnavailable(_init_error_message(err)) from None
+        except OSError as err:  # a broken libnvidia-ml that dlopen refuses
+            raise SourceUnavailable(f"NVIDIA driver library could not be loaded: {err}") from None
+        self._opened = True
+        info = SourceInfo(
+            driver_version=self._system(pynvml.nvmlSystemGetDriverVersion),
+            nvml_version=self._system(pynvml.nvmlSystemGetNVMLVersion),
+            cuda_driver_version=self._cuda_version(),
+        )
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as err:
+            self.close()
+            raise SourceUnavailable(f"NVML cannot count the GPUs: {err}") from None
+        self._gpus = [self._open_gpu(i) for i in range(count)]
+        return info
+
+    def close(self) -> None:
+        if self._opened:
+            self._opened = False
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlShutdown()
+
+    @staticmethod
+    def _system(fn: Any) -> str | None:
+        try:
+            return _text(fn())
+        except pynvml.NVMLError:
+            return None
+
+    @staticmethod
+    def _cuda_version() -> str | None:
+        try:
+            v = pynvml.nvmlSystemGetCudaDriverVersion()
+        except pynvml.NVMLError:
+            return None
+        return f"{v // 1000}.{v % 1000 // 10}"
+
+    def _open_gpu(self, index: int) -> _Gpu:
+        try:
+            gpu = _Gpu(index, pynvml.nvmlDeviceGetHandleByIndex(index))
+        except pynvml.NVMLError_GpuIsLost:
+            self._open_errors.append(f"GPU {index} is lost (it needs a reset or a reboot)")
+            return _Gpu(index, None, lost=True)
+        except pynvml.NVMLError as err:
+            self._open_errors.append(f"GPU {index}: cannot open it: {err}")
+            return _Gpu(index, None, lost=True)
+        h = gpu.handle
+        try:
+            pci = self._get(gpu, "pci", pynvml.nvmlDeviceGetPciInfo, h)
+            gpu.static = {
+                "name": self._get(gpu, "name", pynvml.nvmlDeviceGetName, h),
+                "uuid": self._get(gpu, "uuid", pynvml.nvmlDeviceGetUUID, h),
+                "pci_bus_id": _text(pci.busId) if pci is not None else None,
+                "minor": self._get(gpu, "minor", pynvml.nvmlDeviceGetMinorNumber, h),
+                "sm_clock_max": self._get(gpu, "sm_max", pynvml.nvmlDeviceGetMaxClockInfo, h,
+                                          pynvml.NVML_CLOCK_SM),
+                "mem_clock_max": self._get(gpu, "mem_max", pynvml.nvmlDeviceGetMaxClockInfo, h,
+                                           pynvml.NVML_CLOCK_MEM),
+            }
+            for key in ("name", "uuid"):
+                if gpu.static[key] is not None:
+                    gpu.static[key] = _text(gpu.static[key])
+        except _Lost:
+            gpu.lost = True
+            self._open_errors.append(f"GPU {index} is lost (it needs a reset or a reboot)")
+        return gpu
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def read(self, slow: bool) -> Reading:
+        settings = slow and self._slow_ticks % SETTINGS_EVERY == 0
+        if slow:
+            self._slow_ticks += 1
+        errors = list(self._open_errors)
+        self._open_errors.clear()
+        samples: list[GpuSample] = []
+        procs: list[GpuProcess] = []
+        for gpu in self._gpus:
+            if gpu.lost:
+                samples.append(GpuSample(index=gpu.index, lost=True, **gpu.static))
+                continue
+            try:
+                sample, gpu_procs = self._read_gpu(gpu, slow or not gpu.slow, settings or not gpu.settings)
+            except _Lost:
+                gpu.lost = True
+                errors.append(f"GPU {gpu.index} is lost (it needs a reset or a reboot)")
+                sample, gpu_procs = GpuSample(index=gpu.index, lost=True, **gpu.static), []
+            except Exception as err:  # a binding bug must not take the other GPUs down
+                errors.append(f"GPU {gpu.index}: {type(err).__name__}: {err}")
+                sample, gpu_procs = GpuSample(index=gpu.index, **gpu.static), []
+            samples.append(sample)
+            procs.extend(gpu_procs)
+        return Reading(tuple(samples), tuple(procs), tuple(errors))
+
+    def _get(self, gpu: _Gpu, key: str, fn: Any, *args: Any) -> Any:
+        """One NVML call for one field: None when unavailable; GpuIsLost propagates."""
+        if key in gpu.skip:
+            return None
+        try:
+            return fn(*args)
+        except pynvml.NVMLError_GpuIsLost:
+            raise _Lost from None
+        except _SKIP_FOREVER:
+            gpu.skip.add(key)
+            return None
+        except pynvml.NVMLError:
+            return None
+
+    def _read_gpu(self, gpu: _Gpu, slow: bool, settings: bool) -> tuple[GpuSample, list[GpuProcess]]:
+        h = gpu.handle
+        util = self._get(gpu, "util", pynvml.nvmlDeviceGetUtilizationRates, h)
+        mem_total, mem_used, mem_reserved = self._memory(gpu)
+        fast = self._fields(gpu)
+        if fast.get("power") is None:
+            mw = self._get(gpu, "power", pynvml.nvmlDeviceGetPowerUsage, h)
+            fast["power"] = mw / 1000 if mw is not None else None
+        procs = self._processes(gpu, slow)
+        if slow:
+            gpu.slow = self._read_slow(gpu)
+        if settings:
+            gpu.settings = self._read_settings(gpu, need_limit=fast.get("power_limit") is None)
+        merged = {**gpu.slow, **gpu.settings, **{k: v for k, v in fast.items() if v is not None}}
+        sample = GpuSample(
+            index=gpu.index,
+            **gpu.static,
+            util_gpu=util.gpu if util is not None else None,
+            util_mem=util.memory if util is not None else None,
+            mem_total=mem_total,
+            mem_used=mem_used,
+            mem_reserved=mem_reserved,
+            **merged,
+        )
+        return sample, procs
+
+    def _memory(self, gpu: _Gpu) -> tuple[int | None, int | None, int | None]:
+        m = self._get(gpu, "mem_v2", pynvml.nvmlDeviceGetMemoryInfo, gpu.handle, pynvml.nvmlMemory_v2)
+        if m is not None:
+            return m.total, m.used, m.reserved
+        if "mem_v2" not in gpu.skip:  # v2 exists but failed this once: no v1 guess either
+            return None, None, None
+        m = self._get(gpu, "mem_v1", pynvml.nvmlDeviceGetMemoryInfo, gpu.handle)
+        return (m.total, m.used, None) if m is not None else (None, None, None)
+
+    def _fields(self, gpu: _Gpu) -> dict[str, float | None]:
+        """Power, power limit, energy and PCIe rates from one batched call."""
+        values = self._get(gpu, "fields", pynvml.nvmlDeviceGetFieldValues, gpu.handle, list(_FIELDS))
+        if values is None:
+            return {}
+        if any(fv.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST for fv in values):
+            raise _Lost
+        got = {fv.fieldId: _field_value(fv) for fv in values}
+        out = {key: got[fid] / 1000 if got.get(fid) is not None else None  # milli- to W and J
+               for key, fid in (("power", _F_POWER), ("power_limit", _F_LIMIT), ("energy", _F_ENERGY))}
+        tx, rx = got.get(_F_PCIE_TX), got.get(_F_PCIE_RX)
+        if tx is not None and rx is not None:
+            now = time.monotonic()
+            prev, gpu.pcie_prev = gpu.pcie_prev, (now, int(tx), int(rx))
+            # No rate on the first reading or after a counter wrapped.
+            if prev is not None and now > prev[0] and tx >= prev[1] and rx >= prev[2]:
+                out["pcie_tx"] = (tx - prev[1]) / (now - prev[0])
+                out["pcie_rx"] = (rx - prev[2]) / (now - prev[0])
+        return out
+
+    def _read_slow(self, gpu: _Gpu) -> dict[str, Any]:
+        h, get = gpu.handle, self._get
+        reasons = get(gpu, "reasons", pynvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+        if reasons is None:
+            reasons = get(gpu, "throttle", pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, h)
+        enc = get(gpu, "enc", pynvml.nvmlDeviceGetEncoderUtilization, h)
+        dec = get(gpu, "dec", pynvml.nvmlDeviceGetDecoderUtilization, h)
+        out: dict[str, Any] = {
+            "temperature": get(gpu, "temp", pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
+            "sm_clock": get(gpu, "sm", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
+            "mem_clock": get(gpu, "memclk", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
+            "pstate": get(gpu, "pstate", pynvml.nvmlDeviceGetPerformanceState, h),
+            "throttle_reasons": None if reasons is None else tuple(
+                name for bit, name in _REASONS if reasons & bit),
+            "fan": get(gpu, "fan", pynvml.nvmlDeviceGetFanSpeed, h),
+            "enc_util": enc[0] if enc is not None else None,
+            "dec_util": dec[0] if dec is not None else None,
+        }
+        if gpu.pcie_prev is None:  # no PCIe byte counters on this driver: the slow ~20 ms call instead
+            tx = get(gpu, "pcie_tx", pynvml.nvmlDeviceGetPcieThroughput, h, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+            rx = get(gpu, "pcie_rx", pynvml.nvmlDeviceGetPcieThroughput, h, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+            out["pcie_tx"] = tx * 1024.0 if tx is not None else None  # NVML reports KB/s
+            out["pcie_rx"] = rx * 1024.0 if rx is not None else None
+        return out
+
+    def _read_settings(self, gpu: _Gpu, need_limit: bool) -> dict[str, Any]:
+        h, get = gpu.handle, self._get
+        mode = get(gpu, "compute_mode", pynvml.nvmlDeviceGetComputeMode, h)
+        persistence = get(gpu, "persistence", pynvml.nvmlDeviceGetPersistenceMode, h)
+        mig = get(gpu, "mig", pynvml.nvmlDeviceGetMigMode, h)
+        out: dict[str, Any] = {
+            "compute_mode": _COMPUTE_MODES.get(mode, str(mode)) if mode is not None else None,
+            "persistence_mode": bool(persistence) if persistence is not None else None,
+            "mig_mode": bool(mig[0]) if mig is not None else None,
+        }
+        if need_limit:
+            limit = get(gpu, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
+            out["power_limit"] = limit / 1000 if limit is not None else None
+        return out
+
+    # -- processes ---------------------------------------------------------------------------------
+
+    def _processes(self, gpu: _Gpu, slow: bool) -> list[GpuProcess]:
+        merged: dict[int, list[Any]] = {}  # pid -> [kinds, memory]
+        kinds = ["C", "G"] + (["M"] if slow or gpu.mps_seen else [])
+        for kind in kinds:
+            listed = self._get(gpu, f"procs_{kind}", self._running, gpu, kind)
+            if kind == "M":
+                gpu.mps_seen = bool(listed)
+            for pid, memory in listed or ():
+                entry = merged.setdefault(pid, ["", None])
+                entry[0] += kind
+                # The same context shows in several lists: its memory counts once.
+                if memory is not None:
+                    entry[1] = memory if entry[1] is None else max(entry[1], memory)
+        utils = self._process_utilization(gpu, merged.keys()) if merged else {}
+        return [
+            GpuProcess(gpu=gpu.index, pid=pid, kinds=k, used_memory=m,
+                       sm_util=utils.get(pid, (None, None))[0], mem_util=utils.get(pid, (None, None))[1])
+            for pid, (k, m) in merged.items()
+        ]
+
+    def _running(self, gpu: _Gpu, kind: str) -> list[tuple[int, int | None]]:
+        """One process list, trying v3, then v2, then v1 of the call; remembers what worked."""
+        start = gpu.proc_version.get(kind, 0)
+        for i in range(start, len(_PROC_VERSIONS)):
+            suffix, struct = _PROC_VERSIONS[i]
+            try:
+                fn = pynvml._nvmlGetFunctionPointer(_PROC_SYMBOLS[kind] + suffix)
+            except pynvml.NVMLError_FunctionNotFound:
+                continue
+            gpu.proc_version[kind] = i
+            return _sized_call(fn, gpu.handle, struct)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    def _process_utilization(self, gpu: _Gpu, running: Any) -> dict[int, tuple[int, int]]:
+        samples = self._get(gpu, "proc_util", pynvml.nvmlDeviceGetProcessUtilization, gpu.handle,
+                            gpu.proc_util_ts)
+        latest: dict[int, Any] = {}
+        for s in samples or ():
+            gpu.proc_util_ts = max(gpu.proc_util_ts, s.timeStamp)
+            # NVML sometimes reports garbage above 100 %, and samples of processes already gone.
+            if s.pid not in running or s.smUtil > 100 or s.memUtil > 100:
+                continue
+            if s.pid not in latest or s.timeStamp > latest[s.pid].timeStamp:
+                latest[s.pid] = s
+        return {pid: (s.smUtil, s.memUtil) for pid, s in latest.items()}
+

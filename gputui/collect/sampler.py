@@ -1,0 +1,69 @@
+"""One tick = one Snapshot: the source's reading joined with the host's view of its processes."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+from gputui.collect.history import History
+from gputui.collect.procs import ProcessJoiner
+from gputui.collect.source import GpuSource, SourceInfo
+from gputui.model import Snapshot, unaccounted_memory
+
+
+class Sampler:
+    """Owns a source. Fast fields every tick; slow fields once `slow_interval` seconds have passed."""
+
+    def __init__(self, source: GpuSource, slow_interval: float = 5.0, history: History | None = None,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.source = source
+        self.slow_interval = slow_interval
+        self.history = history if history is not None else History()
+        self.clock, self.monotonic = clock, monotonic
+        self.hostname = socket.gethostname()
+        self.info: SourceInfo | None = None
+        self.ticks = 0
+        self._joiner = ProcessJoiner()
+        self._last_slow: float | None = None
+
+    def open(self) -> SourceInfo:
+        self.info = self.source.open()
+        return self.info
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __enter__(self) -> Sampler:
+        self.open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def tick(self) -> Snapshot:
+        assert self.info is not None, "Sampler.open() first"
+        now = self.monotonic()
+        slow = self._last_slow is None or now - self._last_slow >= self.slow_interval
+        if slow:
+            self._last_slow = now
+        reading = self.source.read(slow)
+        rows = self._joiner.join(reading.processes)
+        snap = Snapshot(
+            time=self.clock(),
+            hostname=self.hostname,
+            source=self.source.name,
+            driver_version=self.info.driver_version,
+            nvml_version=self.info.nvml_version,
+            cuda_driver_version=self.info.cuda_driver_version,
+            gpus=reading.gpus,
+            processes=rows,
+            unaccounted_memory=unaccounted_memory(reading.gpus, reading.processes),
+            errors=reading.errors,
+        )
+        self.history.add(snap)
+        self.ticks += 1
+        return snap

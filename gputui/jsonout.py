@@ -1,0 +1,56 @@
+"""Snapshots as JSON (the schema is gputui/schema/snapshot-v1.json, documented in the README)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from importlib import resources
+from typing import Any
+
+from gputui.model import SCHEMA_VERSION, GpuSample, ProcessRow, Snapshot
+
+
+def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    for f in dataclasses.fields(Snapshot):
+        value = getattr(snap, f.name)
+        if f.name in ("gpus", "processes"):
+            value = [_plain(dataclasses.asdict(item)) for item in value]
+        elif f.name == "unaccounted_memory":
+            value = {str(k): v for k, v in value.items()}
+        elif f.name == "errors":
+            value = list(value)
+        out[f.name] = value
+    return out
+
+
+def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
+    """The inverse of snapshot_to_dict; raises ValueError on a record it cannot read."""
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"unsupported schema_version {data.get('schema_version')!r}")
+    try:
+        gpus = tuple(GpuSample(**{**g, "throttle_reasons": None if g.get("throttle_reasons") is None
+                                  else tuple(g["throttle_reasons"])}) for g in data["gpus"])
+        procs = tuple(ProcessRow(**p) for p in data["processes"])
+        return Snapshot(
+            time=data["time"], hostname=data["hostname"], source=data["source"],
+            driver_version=data["driver_version"], nvml_version=data["nvml_version"],
+            cuda_driver_version=data["cuda_driver_version"], gpus=gpus, processes=procs,
+            unaccounted_memory={int(k): v for k, v in data["unaccounted_memory"].items()},
+            errors=tuple(data["errors"]),
+        )
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"not a gputui snapshot: {err}") from None
+
+
+def dumps(snap: Snapshot, indent: int | None = None) -> str:
+    return json.dumps(snapshot_to_dict(snap), indent=indent)
+
+
+def schema() -> dict[str, Any]:
+    text = resources.files("gputui").joinpath(f"schema/snapshot-v{SCHEMA_VERSION}.json").read_text()
+    return json.loads(text)
+
+
+def _plain(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}

@@ -1,0 +1,116 @@
+"""The data model: one immutable Snapshot per tick.
+
+Every measured field may be ``None``, which always means "unavailable" (not supported by this GPU or
+driver, no permission, the process vanished, ...). Nothing here imports Textual, NVML or psutil.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU at one moment. Memory in bytes, power in watts, clocks in MHz, rates in bytes/s."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    minor: int | None = None  # N of /dev/nvidiaN; not the same as the NVML index
+    lost: bool = False
+    util_gpu: int | None = None
+    util_mem: int | None = None
+    mem_total: int | None = None
+    mem_used: int | None = None
+    mem_reserved: int | None = None
+    temperature: int | None = None
+    power: float | None = None
+    power_limit: float | None = None
+    energy: float | None = None  # joules since the driver loaded
+    fan: int | None = None
+    sm_clock: int | None = None
+    sm_clock_max: int | None = None
+    mem_clock: int | None = None
+    mem_clock_max: int | None = None
+    pstate: int | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+    enc_util: int | None = None
+    dec_util: int | None = None
+    pcie_rx: float | None = None
+    pcie_tx: float | None = None
+    compute_mode: str | None = None
+    persistence_mode: bool | None = None
+    mig_mode: bool | None = None
+
+    @property
+    def mem_percent(self) -> float | None:
+        if self.mem_used is None or not self.mem_total:
+            return None
+        return 100.0 * self.mem_used / self.mem_total
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process as the GPU source reports it (NVML's lists, merged by pid on one GPU)."""
+
+    gpu: int
+    pid: int
+    kinds: str  # any of "C" (compute), "G" (graphics), "M" (MPS), e.g. "C" or "CG"
+    used_memory: int | None = None
+    sm_util: int | None = None
+    mem_util: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRow:
+    """A GPU process joined with what the host knows of it (psutil)."""
+
+    gpu: int
+    pid: int
+    kinds: str
+    used_memory: int | None
+    sm_util: int | None
+    mem_util: int | None
+    visible: bool  # False: not in this PID namespace (a container's host PID) or already gone
+    user: str | None = None
+    name: str | None = None
+    command: str | None = None
+    cpu_percent: float | None = None
+    rss: int | None = None
+    create_time: float | None = None
+    state: str | None = None  # psutil status: running, sleeping, disk-sleep, stopped, zombie, ...
+    ppid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    time: float
+    hostname: str
+    source: str  # "nvml" or "demo"
+    driver_version: str | None
+    nvml_version: str | None
+    cuda_driver_version: str | None
+    gpus: tuple[GpuSample, ...]
+    processes: tuple[ProcessRow, ...]
+    # Per GPU index: memory used minus the sum of its processes' memory (None when either is unknown).
+    unaccounted_memory: dict[int, int | None] = field(default_factory=dict)
+    errors: tuple[str, ...] = ()
+
+    def processes_on(self, gpu: int) -> tuple[ProcessRow, ...]:
+        return tuple(p for p in self.processes if p.gpu == gpu)
+
+
+def unaccounted_memory(gpus: tuple[GpuSample, ...], procs: tuple[GpuProcess, ...] | tuple[ProcessRow, ...]
+                       ) -> dict[int, int | None]:
+    """Used memory that no listed process accounts for: leaks, contexts of invisible processes, ..."""
+    out: dict[int, int | None] = {}
+    for gpu in gpus:
+        mine = [p.used_memory for p in procs if p.gpu == gpu.index]
+        if gpu.mem_used is None or any(m is None for m in mine):
+            out[gpu.index] = None
+        else:
+            out[gpu.index] = max(0, gpu.mem_used - sum(m for m in mine if m is not None))
+    return out
