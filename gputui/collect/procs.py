@@ -37,11 +37,22 @@ def _maybe(fn: Callable[[], T]) -> T | None:
         return None
 
 
+@dataclass
+class _Known:
+    proc: psutil.Process
+    create_time: float | None
+    user: str | None
+    name: str | None
+    command: str | None
+    seen_before: bool = False
+
+
 class ProcessJoiner:
-    """Keeps psutil.Process objects across ticks: %CPU needs the previous reading of the same process."""
+    """Keeps psutil.Process objects across ticks: %CPU needs the previous reading of the same process,
+    and user and command line, read once per process, cost most of a lookup."""
 
     def __init__(self) -> None:
-        self._known: dict[int, psutil.Process] = {}
+        self._known: dict[int, _Known] = {}
 
     def join(self, procs: Iterable[GpuProcess]) -> tuple[ProcessRow, ...]:
         infos: dict[int, HostInfo | None] = {}
@@ -61,36 +72,41 @@ class ProcessJoiner:
 
     def lookup(self, pid: int) -> HostInfo | None:
         """What psutil can see of `pid`, or None if it is not visible here (gone, other namespace)."""
-        proc = self._known.get(pid)
-        fresh = proc is None or not proc.is_running()  # is_running() also catches a reused PID
-        if fresh:
-            try:
-                proc = psutil.Process(pid)
-            except (psutil.NoSuchProcess, ValueError):
-                self._known.pop(pid, None)
-                return None
-            self._known[pid] = proc
-        assert proc is not None
         try:
+            known = self._known.get(pid)
+            if known is not None:
+                with known.proc.oneshot():
+                    info = self._read(known)
+                if info is not None:
+                    return info
+            # New, or the PID now belongs to another process: start afresh.
+            proc = psutil.Process(pid)
             with proc.oneshot():
                 cmdline = _maybe(proc.cmdline)
                 name = _maybe(proc.name)
-                mem = _maybe(proc.memory_info)
-                cpu = _maybe(proc.cpu_percent)
-                return HostInfo(
-                    user=_maybe(proc.username),
-                    name=name,
-                    command=" ".join(cmdline) if cmdline else (f"[{name}]" if name else None),
-                    # The first reading of a process has nothing to compare with: unknown, not 0 %.
-                    cpu_percent=None if fresh else cpu,
-                    rss=mem.rss if mem is not None else None,
-                    create_time=_maybe(proc.create_time),
-                    state=_maybe(proc.status),
-                    ppid=_maybe(proc.ppid),
-                )
-        except psutil.NoSuchProcess:
+                known = self._known[pid] = _Known(
+                    proc, _maybe(proc.create_time), _maybe(proc.username), name,
+                    " ".join(cmdline) if cmdline else (f"[{name}]" if name else None))
+                return self._read(known)
+        except (psutil.NoSuchProcess, ValueError):
             self._known.pop(pid, None)
             return None
+
+    @staticmethod
+    def _read(known: _Known) -> HostInfo | None:
+        """The changing fields; None if the PID was reused since `known` was made."""
+        proc = known.proc
+        if _maybe(proc.create_time) != known.create_time:
+            return None
+        mem = _maybe(proc.memory_info)
+        cpu = _maybe(proc.cpu_percent)
+        # The first reading of a process has nothing to compare with: unknown, not 0 %.
+        first, known.seen_before = not known.seen_before, True
+        return HostInfo(
+            user=known.user, name=known.name, command=known.command,
+            cpu_percent=None if first else cpu, rss=mem.rss if mem is not None else None,
+            create_time=known.create_time, state=_maybe(proc.status), ppid=_maybe(proc.ppid),
+        )
 
 
 def _asdict(info: HostInfo) -> dict[str, object]:
