@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--interval", type=_interval, default=1.0, metavar="S", help="seconds between samples")
     ap.add_argument("--devices-dir", type=_directory, metavar="DIR",
                     help="where to look for nvidia device files (default /dev; the demo's own in --demo)")
+    ap.add_argument("--no-mouse", action="store_true", help="no mouse tracking (less traffic over SSH)")
     out = ap.add_mutually_exclusive_group()
     out.add_argument("--once", action="store_true", help="print one table and exit")
     out.add_argument("--json", action="store_true", help="print one snapshot as JSON and exit")
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.once or args.json:
             return _oneshot(args)
-        return _live(args)
+        return _tui(args)
     except SourceUnavailable as err:
         hint = "" if args.demo else f"; {NO_DRIVER_HINT}"
         print(f"gputui: {err}{hint}", file=sys.stderr)
@@ -114,18 +115,24 @@ def _oneshot(args: argparse.Namespace) -> int:
 
         width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
         print(render(snap, width))
+    sys.stdout.flush()  # a closed pipe must fail here, inside main's handler, not at shutdown
     return 0
 
 
-def _live(args: argparse.Namespace) -> int:
-    """A plain refreshing table until the full-screen UI lands."""
+def _tui(args: argparse.Namespace) -> int:
     from gputui.collect.sampler import Sampler
-    from gputui.oneshot import render
 
-    with Sampler(make_source(args)) as sampler:
-        while True:
-            snap = sampler.tick()
-            width = shutil.get_terminal_size().columns
-            sys.stdout.write("\x1b[H\x1b[2J" + render(snap, width) + "\n")
-            sys.stdout.flush()
-            time.sleep(args.interval)
+    sampler = Sampler(make_source(args))
+    try:
+        if not args.demo:
+            sampler.open()  # fail with one clear line before the screen switches
+        from gputui.ui.app import GpuTuiApp
+
+        app = GpuTuiApp(sampler, interval=args.interval, mouse=not args.no_mouse,
+                        devices_dir=args.devices_dir)
+        code = app.run(mouse=not args.no_mouse)
+    finally:
+        sampler.close()
+    if app.error:
+        print(f"gputui: {app.error}", file=sys.stderr)
+    return code if code is not None else 0

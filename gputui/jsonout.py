@@ -13,6 +13,8 @@ from gputui.model import SCHEMA_VERSION, GpuSample, ProcessRow, Snapshot
 def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
     out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
     for f in dataclasses.fields(Snapshot):
+        if f.name == "host_processes":  # a UI aid, not part of the schema
+            continue
         value = getattr(snap, f.name)
         if f.name in ("gpus", "processes"):
             value = [_plain(dataclasses.asdict(item)) for item in value]

@@ -86,6 +86,35 @@ class ProcessRow:
 
 
 @dataclass(frozen=True, slots=True)
+class HostProcess:
+    """A process that is not on a GPU but related to one (a parent, a data-loader worker)."""
+
+    pid: int
+    ppid: int | None
+    user: str | None
+    name: str | None
+    command: str | None
+    cpu_percent: float | None
+    rss: int | None
+    create_time: float | None
+    state: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessDetail:
+    """What the detail view shows of one process, read on demand."""
+
+    pid: int
+    command: str | None
+    cwd: str | None
+    cuda_visible_devices: str | None  # None: unset, or the environment is not readable
+    environ_readable: bool
+    device_files: tuple[str, ...] | None  # None: /proc/PID/fd is not readable
+    children: tuple[HostProcess, ...]
+    error: str | None = None  # "process is gone", "create time changed", ...
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     time: float
     hostname: str
@@ -98,6 +127,8 @@ class Snapshot:
     # Per GPU index: memory used minus the sum of its processes' memory (None when either is unknown).
     unaccounted_memory: dict[int, int | None] = field(default_factory=dict)
     errors: tuple[str, ...] = ()
+    # Parents and children of the GPU processes; filled only when asked (the UI's tree view).
+    host_processes: tuple[HostProcess, ...] = ()
 
     def processes_on(self, gpu: int) -> tuple[ProcessRow, ...]:
         return tuple(p for p in self.processes if p.gpu == gpu)

@@ -29,11 +29,14 @@ def fmt_rate(v: float | None) -> str:
 
 
 def fmt_duration(seconds: float | None) -> str:
+    """Coarse on purpose: it changes once a minute, not every tick (every change is sent over SSH)."""
     if seconds is None or seconds < 0:
         return NA
-    s = int(seconds)
-    if s < 3600:
-        return f"{s // 60}:{s % 60:02d}"
-    if s < 86400:
-        return f"{s // 3600}:{s % 3600 // 60:02d}h"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+    m = int(seconds) // 60
+    if m < 1:
+        return "<1m"
+    if m < 60:
+        return f"{m}m"
+    if m < 24 * 60:
+        return f"{m // 60}h{m % 60:02d}m"
+    return f"{m // 1440}d{m % 1440 // 60:02d}h"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import math
 import os
 import random
 import shutil
@@ -36,7 +35,7 @@ GIB = 1 << 30
 _TOTAL = 81559 * (1 << 20)  # an H100 80GB HBM3 as NVML reports it
 _RESERVED = 515 * (1 << 20)
 _CHILD = Path(__file__).with_name("demo_train.py")
-_RAMP_S = 20.0  # warm-up: memory climbs, utilization follows
+_RAMP_S = 10.0  # warm-up: memory climbs, utilization follows
 
 
 class _Sim:
@@ -70,9 +69,15 @@ class _Sim:
         return max(0.0, min(100.0, level * (0.3 + 0.7 * ramp)))
 
     def memory(self, t: float) -> int:
+        """Climbs while the model and optimizer state load, then stays flat: the caching allocator keeps
+        what it reserved."""
         ramp = min(1.0, t / _RAMP_S)
-        wobble = int(0.01 * _TOTAL * math.sin(t / 7.0 + self.index))
-        return int(0.4 * GIB + ramp * (self.target_mem - 0.4 * GIB)) + (wobble if ramp >= 1.0 else 0)
+        return int(0.4 * GIB + ramp * (self.target_mem - 0.4 * GIB))
+
+    def temperature(self, t: float) -> int:
+        """Follows the load of the last half minute, not of this second: the heatsink is slow."""
+        recent = [self.util(max(0.0, t - k * 5.0)) for k in range(7)]
+        return round(34 + 0.38 * sum(recent) / len(recent))
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -101,6 +106,7 @@ class DemoSource:
         self._watch_w: int | None = None
         self._t0 = 0.0
         self._energy = [0.0] * gpus
+        self._slow: dict[int, dict[str, object]] = {}
         self._last_t: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -135,15 +141,16 @@ class DemoSource:
 
     def _spawn(self, watch: int, role: str, gpu: int, workers: int = 0, defunct: bool = False,
                janitor: bool = False) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-I", str(_CHILD), "--role", role, "--gpu", str(gpu),
-               "--workers", str(workers)]
+        # Run from the script's folder as "python -I demo_train.py ...": a command line as short as a
+        # real "python train.py ..." one.
+        cmd = ["python", "-I", _CHILD.name, "--role", role, "--gpu", str(gpu), "--workers", str(workers)]
         cmd += ["--defunct"] * defunct + ["--janitor"] * janitor
         env = {**os.environ, "GPUTUI_DEMO_DEVICES": str(self.devices_dir), "GPUTUI_DEMO_WATCH": str(watch),
                "CUDA_VISIBLE_DEVICES": str(gpu)}
         # A session of its own: a Ctrl-C in gputui's terminal must not reach the children.
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env=env, pass_fds=(watch,),
-                                start_new_session=True)
+        return subprocess.Popen(cmd, executable=sys.executable, cwd=_CHILD.parent, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                pass_fds=(watch,), start_new_session=True)
 
     def close(self) -> None:
         if self._watch_w is not None:
@@ -197,23 +204,19 @@ class DemoSource:
             trainer_mem = sim.memory(t)
             leaked = GIB + GIB // 2 if i == 0 else 0  # held by the orphan: unaccounted on GPU 0
             ghost = GIB if i == self.gpu_count - 1 and self.gpu_count > 1 else 0
-            used = trainer_mem + leaked + ghost
             busy = util / 100.0
             power = min(sim.power_cap, 72.0 + 640.0 * busy + sim.noise(t, 6.0))
-            capped = power >= sim.power_cap - 1.0
             self._energy[i] += power * dt
+            if slow or i not in self._slow:  # like NVML's slow fields: refreshed every few seconds
+                self._slow[i] = self._slow_fields(sim, t, util, power)
             gpus.append(GpuSample(
                 index=i, name="NVIDIA H100 80GB HBM3", uuid=sim.uuid,
-                pci_bus_id=f"00000000:{0x18 + 0x08 * i:02X}:00.0",
-                minor=i, util_gpu=round(util), util_mem=round(util * 0.45), mem_total=_TOTAL, mem_used=used,
-                mem_reserved=_RESERVED, temperature=round(34 + 0.38 * util), power=round(power, 1),
+                pci_bus_id=f"00000000:{0x18 + 0x08 * i:02X}:00.0", minor=i,
+                util_gpu=round(util), util_mem=round(util * 0.45), mem_total=_TOTAL,
+                mem_used=trainer_mem + leaked + ghost, mem_reserved=_RESERVED, power=round(power, 1),
                 power_limit=sim.power_cap, energy=round(self._energy[i], 1), fan=None,
-                sm_clock=(1755 if capped else 1980) if util > 5 else 345, sm_clock_max=1980,
-                mem_clock=2619, mem_clock_max=2619, pstate=0 if util > 5 else 8,
-                throttle_reasons=("sw_power_cap",) if capped else (("gpu_idle",) if util <= 5 else ()),
-                enc_util=0, dec_util=12 if i == 1 and util > 50 else 0,
                 pcie_rx=round(busy * 9.5e9), pcie_tx=round(busy * 0.8e9),
-                compute_mode="Default", persistence_mode=True, mig_mode=False,
+                compute_mode="Default", persistence_mode=True, mig_mode=False, **self._slow[i],
             ))
             procs.append(GpuProcess(gpu=i, pid=trainer.pid, kinds="C", used_memory=trainer_mem,
                                     sm_util=round(util * 0.97), mem_util=round(util * 0.44)))
@@ -221,3 +224,15 @@ class DemoSource:
                 procs.append(GpuProcess(gpu=i, pid=self.ghost_pid, kinds="C", used_memory=ghost,
                                         sm_util=0, mem_util=0))
         return Reading(tuple(gpus), tuple(procs))
+
+    @staticmethod
+    def _slow_fields(sim: _Sim, t: float, util: float, power: float) -> dict[str, object]:
+        capped = power >= sim.power_cap - 1.0
+        idle = util <= 5
+        return {
+            "temperature": sim.temperature(t),
+            "sm_clock": 345 if idle else 1755 if capped else 1980, "sm_clock_max": 1980,
+            "mem_clock": 2619, "mem_clock_max": 2619, "pstate": 8 if idle else 0,
+            "throttle_reasons": ("gpu_idle",) if idle else ("sw_power_cap",) if capped else (),
+            "enc_util": 0, "dec_util": 12 if sim.index == 1 and util > 50 else 0,
+        }

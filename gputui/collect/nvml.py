@@ -119,6 +119,10 @@ def _field_value(fv: Any) -> float | int | None:
     return None
 
 
+def _pstate(value: int | None) -> int | None:
+    return None if value is None or value == pynvml.NVML_PSTATE_UNKNOWN else value
+
+
 def _sized_call(fn: Any, handle: Any, struct: type[ctypes.Structure]) -> list[tuple[int, int | None]]:
     """NVML's two-call pattern: ask for the count, then fill a buffer with headroom for newcomers."""
     count = ctypes.c_uint(0)
@@ -232,6 +236,8 @@ class NvmlSource:
         except _Lost:
             gpu.lost = True
             self._open_errors.append(f"GPU {index} is lost (it needs a reset or a reboot)")
+        except Exception as err:  # one GPU's odd answer must not keep the others from starting
+            self._open_errors.append(f"GPU {index}: {type(err).__name__}: {err}")
         return gpu
 
     # -- reading -----------------------------------------------------------------------------------
@@ -341,7 +347,7 @@ class NvmlSource:
             "temperature": get(gpu, "temp", pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
             "sm_clock": get(gpu, "sm", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
             "mem_clock": get(gpu, "memclk", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
-            "pstate": get(gpu, "pstate", pynvml.nvmlDeviceGetPerformanceState, h),
+            "pstate": _pstate(get(gpu, "pstate", pynvml.nvmlDeviceGetPerformanceState, h)),
             "throttle_reasons": None if reasons is None else tuple(
                 name for bit, name in _REASONS if reasons & bit),
             "fan": get(gpu, "fan", pynvml.nvmlDeviceGetFanSpeed, h),

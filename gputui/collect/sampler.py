@@ -21,11 +21,13 @@ class Sampler:
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.source = source
         self.slow_interval = slow_interval
-        self.history = history if history is not None else History()
+        # Kept here for consumers without a UI thread; the TUI keeps its own, on its own thread.
+        self.history = history
         self.clock, self.monotonic = clock, monotonic
         self.hostname = socket.gethostname()
         self.info: SourceInfo | None = None
         self.ticks = 0
+        self.want_relatives = False  # the UI's tree view sets this: parents and children too
         self._joiner = ProcessJoiner()
         self._last_slow: float | None = None
 
@@ -51,7 +53,7 @@ class Sampler:
         if slow:
             self._last_slow = now
         reading = self.source.read(slow)
-        rows = self._joiner.join(reading.processes)
+        rows, hosts = self._joiner.join(reading.processes, relatives=self.want_relatives)
         snap = Snapshot(
             time=self.clock(),
             hostname=self.hostname,
@@ -63,7 +65,9 @@ class Sampler:
             processes=rows,
             unaccounted_memory=unaccounted_memory(reading.gpus, reading.processes),
             errors=reading.errors,
+            host_processes=hosts,
         )
-        self.history.add(snap)
+        if self.history is not None:
+            self.history.add(snap)
         self.ticks += 1
         return snap

@@ -1,0 +1,327 @@
+"""The full-screen app. Data flows one way: sampler thread -> Snapshot message -> widgets."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.events import Key, Resize
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input
+from textual.worker import get_current_worker
+
+from gputui.collect.history import History
+from gputui.collect.sampler import Sampler
+from gputui.collect.source import SourceUnavailable
+from gputui.model import Snapshot
+from gputui.ui import partial_updates
+from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
+from gputui.ui.header import HeaderBar
+from gputui.ui.palette import Palette
+from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, View, build_rows
+from gputui.ui.process_table import ProcessTable
+from gputui.ui.screens import DetailScreen, GpuChooser, HelpScreen
+
+INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+SORT_CYCLE = ("gpu", "gpu_mem", "sm", "cpu", "rss", "time", "pid", "user")
+MIN_TABLE_ROWS = 10
+DEFAULT_THEME = "textual-dark"
+
+
+class SnapshotReady(Message):
+    def __init__(self, snapshot: Snapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+
+class SamplerFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class FilterInput(Input):
+    """`/` opens it; typing filters live; Enter keeps the filter, Esc clears it."""
+
+    DEFAULT_CSS = "FilterInput { dock: bottom; display: none; border: none; height: 1; padding: 0 1; }"
+
+    def on_key(self, event: Key) -> None:
+        if event.key == "escape":
+            event.stop()
+            self.value = ""
+            self.display = False
+            self.app.set_focus(self.app.query_one(ProcessTable))
+
+
+class GpuTuiApp(App[int]):
+    TITLE = "gputui"
+    CSS = """
+    Screen { layout: vertical; }
+    #panes { margin: 0 0 1 0; }
+    """
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("s", "sort_next", "Sort"),
+        Binding("S", "sort_reverse", "Reverse", show=False),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("t", "tree", "Tree"),
+        Binding("g", "choose_gpu", "GPU"),
+        Binding("enter", "detail", "Detail", show=False),
+        Binding("p", "pause", "Pause"),
+        Binding("plus", "faster", "Faster", key_display="+", show=False),
+        Binding("minus", "slower", "Slower", key_display="-", show=False),
+    ]
+    HELP = [
+        ("s / S", "sort by the next column / reverse the order (or click a column header)"),
+        ("/", "filter by pid, user or command substring (Enter keeps it, Esc clears it)"),
+        ("t", "tree view: GPU processes with their parents and children"),
+        ("g", "choose a GPU: the table shows its processes (g again: all GPUs)"),
+        ("Enter", "process detail: command line, cwd, CUDA_VISIBLE_DEVICES, device files, children"),
+        ("p", "pause / resume sampling"),
+        ("+ / -", "sample faster / slower"),
+        ("?", "this help"),
+        ("Ctrl+P", "command palette (themes too)"),
+        ("q", "quit"),
+    ]
+
+    def __init__(self, sampler: Sampler, interval: float = 1.0, mouse: bool = True,
+                 devices_dir: Path | None = None) -> None:
+        super().__init__()
+        partial_updates.install()
+        self.sampler = sampler
+        self.interval = interval
+        self.mouse = mouse
+        self.devices_dir = devices_dir or sampler.source.devices_dir
+        self.history = History(capacity=900)
+        self.view = View()
+        self.paused = False
+        self.snapshot: Snapshot | None = None
+        self.frames = 0  # snapshots applied; tests and the bench wait on it
+        self.error: str | None = None  # why the app gave up, for the command line to print
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.theme = DEFAULT_THEME
+
+    # -- layout ------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        yield GpuPanes(self.history, id="panes")
+        yield ProcessTable(id="procs")
+        yield FilterInput(placeholder="filter: pid, user or command", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._apply_palette()
+        self.theme_changed_signal.subscribe(self, lambda _theme: self._apply_palette())
+        self.query_one(GpuPanes).interval = self.interval
+        self.query_one(HeaderBar).interval = self.interval
+        self.query_one(ProcessTable).focus()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGHUP, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        self._sample_loop()
+
+    def _on_signal(self, sig: int) -> None:
+        """SIGHUP (the SSH connection dropped) or SIGTERM: leave now, never spin on a dead terminal."""
+        self._stop_sampling()
+        self.exit(128 + sig)
+        # If the terminal is gone, exiting may hang on a write: make sure the process still ends.
+        timer = threading.Timer(2.0, self._force_exit, (128 + sig,))
+        timer.daemon = True
+        timer.start()
+
+    def _force_exit(self, code: int) -> None:
+        try:
+            self.sampler.close()
+        finally:
+            os._exit(code)
+
+    def _apply_palette(self) -> None:
+        palette = Palette.from_theme(self.current_theme)
+        for canvas in (self.query_one(HeaderBar), self.query_one(GpuPanes)):
+            canvas.palette = palette
+            canvas.redraw()
+        self._row_styles = {"dim": palette.dim, "error": palette.error, "warning": palette.warning}
+        self._refresh_table()
+
+    def on_resize(self, event: Resize) -> None:
+        self._choose_layout(event.size.width, event.size.height)
+
+    def _choose_layout(self, width: int, height: int) -> None:
+        n = len(self.snapshot.gpus) if self.snapshot else 0
+        room = height - 3 - MIN_TABLE_ROWS  # header, footer, table header
+        compact = width < 100 or n * FULL_LINES + 1 > room
+        self.query_one(GpuPanes).set_mode(compact)
+
+    # -- sampling (a single long-lived thread) -----------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="sampler")
+    def _sample_loop(self) -> None:
+        worker = get_current_worker()
+        try:
+            if self.sampler.info is None:
+                self.sampler.open()
+        except SourceUnavailable as err:
+            self.post_message(SamplerFailed(str(err)))
+            return
+        while not worker.is_cancelled and not self._stop.is_set():
+            if not self.paused:
+                try:
+                    snap = self.sampler.tick()
+                except Exception as err:  # keep drawing the last good frame; say what broke
+                    self.post_message(SamplerFailed(f"sampling failed: {type(err).__name__}: {err}"))
+                else:
+                    self.post_message(SnapshotReady(snap))
+            self._wake.wait(self.interval)
+            self._wake.clear()
+
+    def on_sampler_failed(self, message: SamplerFailed) -> None:
+        if self.snapshot is None:
+            self.error = message.error
+            self.exit(2)
+        else:
+            self.notify(message.error, severity="error", markup=False)
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        snap = message.snapshot
+        first = self.snapshot is None
+        self.snapshot = snap
+        self.history.add(snap)
+        with self.batch_update():
+            if first:
+                self._choose_layout(self.size.width, self.size.height)
+            header = self.query_one(HeaderBar)
+            header.snapshot = snap
+            header.redraw()
+            self.query_one(GpuPanes).show(snap)
+            self._refresh_table()
+        self.frames += 1
+
+    def _refresh_table(self) -> None:
+        if self.snapshot is not None:
+            rows = build_rows(self.snapshot, self.view, getattr(self, "_row_styles", None))
+            self.query_one(ProcessTable).apply(rows)
+
+    def _set_view(self, **changes: object) -> None:
+        self.view = replace(self.view, **changes)  # type: ignore[arg-type]
+        self._refresh_table()
+
+    def _stop_sampling(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    async def action_quit(self) -> None:
+        self._stop_sampling()
+        self.exit(0)
+
+    def on_unmount(self) -> None:
+        self._stop_sampling()
+
+    # -- actions -----------------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.HELP))
+
+    def action_sort_next(self) -> None:
+        current = SORT_CYCLE.index(self.view.sort) if self.view.sort in SORT_CYCLE else -1
+        self._set_view(sort=SORT_CYCLE[(current + 1) % len(SORT_CYCLE)], reverse=False)
+        self.notify(f"sorted by {BY_KEY[self.view.sort].label}", timeout=1.5, markup=False)
+
+    def action_sort_reverse(self) -> None:
+        self._set_view(reverse=not self.view.reverse)
+
+    @on(DataTable.HeaderSelected)
+    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
+        key = event.column_key.value
+        if key in COLUMN_KEYS:
+            if key == self.view.sort:
+                self._set_view(reverse=not self.view.reverse)
+            else:
+                self._set_view(sort=key, reverse=False)
+
+    def action_filter(self) -> None:
+        box = self.query_one(FilterInput)
+        box.display = True
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self._set_view(filter=event.value.strip())
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        box = self.query_one(FilterInput)
+        box.display = bool(event.value.strip())
+        self.query_one(ProcessTable).focus()
+
+    def action_tree(self) -> None:
+        tree = not self.view.tree
+        self.sampler.want_relatives = tree
+        self._set_view(tree=tree)
+        self._wake.set()  # sample now: the tree needs the relatives
+
+    def action_choose_gpu(self) -> None:
+        if self.view.gpu is not None:
+            self._select_gpu(None)
+        elif self.snapshot is not None:
+            self.push_screen(GpuChooser(self.snapshot.gpus), self._select_gpu)
+
+    def _select_gpu(self, gpu: int | None) -> None:
+        panes = self.query_one(GpuPanes)
+        panes.selected_gpu = gpu
+        panes.redraw()
+        self._set_view(gpu=gpu)
+
+    def action_detail(self) -> None:
+        row = self.query_one(ProcessTable).current
+        if row is not None:
+            self.push_screen(DetailScreen(row, self.devices_dir))
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_detail()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        header = self.query_one(HeaderBar)
+        header.paused = self.paused
+        header.redraw()
+
+    def _set_interval(self, step: int) -> None:
+        i = min(range(len(INTERVALS)), key=lambda k: abs(INTERVALS[k] - self.interval))
+        self.interval = INTERVALS[max(0, min(len(INTERVALS) - 1, i + step))]
+        for widget in (self.query_one(HeaderBar), self.query_one(GpuPanes)):
+            widget.interval = self.interval
+        self.query_one(HeaderBar).redraw()
+        self._wake.set()
+
+    def action_faster(self) -> None:
+        self._set_interval(-1)
+
+    def action_slower(self) -> None:
+        self._set_interval(+1)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Sort by next column", "Cycle the table's sort column", self.action_sort_next)
+        yield SystemCommand("Reverse sort", "Reverse the process table's order", self.action_sort_reverse)
+        yield SystemCommand("Filter processes", "Filter by pid, user or command", self.action_filter)
+        yield SystemCommand("Tree view", "Show GPU processes with parents and children", self.action_tree)
+        yield SystemCommand("Choose GPU", "Show one GPU's processes", self.action_choose_gpu)
+        yield SystemCommand("Process detail", "Details of the highlighted process", self.action_detail)
+        yield SystemCommand("Pause / resume", "Stop or restart sampling", self.action_pause)
+        yield SystemCommand("Sample faster", "Shorter refresh interval", self.action_faster)
+        yield SystemCommand("Sample slower", "Longer refresh interval", self.action_slower)
+

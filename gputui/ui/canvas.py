@@ -1,0 +1,111 @@
+"""A widget drawn as a grid of styled cells that repaints only the cells that changed.
+
+Over SSH every repainted cell costs bytes. Textual repaints whole widgets on `refresh()`; a CellCanvas
+instead compares the new lines with the last ones and marks only the changed spans dirty, so a tick
+that changes three digits sends three digits.
+"""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.widget import Widget
+
+Cell = tuple[str, Style]
+_PLAIN = Style()
+_GAP = 6  # unchanged cells that split one dirty span into two
+
+
+class Line:
+    """Builds one line of cells. Every character is one cell (callers keep to narrow characters)."""
+
+    __slots__ = ("cells",)
+
+    def __init__(self) -> None:
+        self.cells: list[Cell] = []
+
+    def add(self, text: str, style: Style = _PLAIN) -> Line:
+        self.cells.extend((ch if ch.isprintable() else "?", style) for ch in text)
+        return self
+
+    def pad_to(self, width: int, style: Style = _PLAIN) -> Line:
+        if len(self.cells) < width:
+            self.cells.extend([(" ", style)] * (width - len(self.cells)))
+        return self
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    def fit(self, width: int) -> list[Cell]:
+        cells = self.cells[:width]
+        return cells + [(" ", _PLAIN)] * (width - len(cells))
+
+
+def changed_spans(old: list[Cell], new: list[Cell]) -> list[tuple[int, int]]:
+    """[start, end) spans where the two lines differ; spans closer than _GAP are merged."""
+    spans: list[tuple[int, int]] = []
+    start = last = -1
+    for x, (a, b) in enumerate(zip(old, new, strict=False)):
+        if a != b:
+            if start < 0:
+                start = x
+            elif x - last > _GAP:
+                spans.append((start, last + 1))
+                start = x
+            last = x
+    if start >= 0:
+        spans.append((start, last + 1))
+    if len(old) != len(new):
+        spans.append((min(len(old), len(new)), max(len(old), len(new))))
+    return spans
+
+
+class CellCanvas(Widget):
+    """Subclasses implement `build(width)`; call `redraw()` when their data changed."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._lines: list[list[Cell]] = []
+        self._width = -1
+
+    def build(self, width: int) -> list[Line]:
+        raise NotImplementedError
+
+    def redraw(self) -> None:
+        width = self.size.width
+        if width <= 0:
+            return
+        new = [line.fit(width) for line in self.build(width)]
+        if width != self._width or len(new) != len(self._lines):
+            self._width, self._lines = width, new
+            self.refresh()
+            return
+        regions = [Region(x0, y, x1 - x0, 1)
+                   for y, (old, line) in enumerate(zip(self._lines, new, strict=True))
+                   for x0, x1 in changed_spans(old, line)]
+        self._lines = new
+        if regions:
+            self.refresh(*regions)
+
+    def on_resize(self) -> None:
+        self.redraw()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if y >= len(self._lines) or width != self._width:
+            return Strip.blank(width, self.rich_style)
+        base = self.rich_style
+        segments: list[Segment] = []
+        run_text: list[str] = []
+        run_style: Style | None = None
+        for ch, style in self._lines[y]:
+            if style is not run_style and style != run_style:
+                if run_text:
+                    segments.append(Segment("".join(run_text), base + run_style))
+                run_text, run_style = [], style
+            run_text.append(ch)
+        if run_text:
+            segments.append(Segment("".join(run_text), base + run_style))
+        return Strip(segments, width)

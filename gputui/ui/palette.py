@@ -1,0 +1,69 @@
+"""Styles for threshold colours, taken from the current Textual theme so every theme reads right."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.style import Style
+from textual.theme import Theme
+
+from gputui.model import GpuSample
+
+
+@dataclass(frozen=True)
+class Palette:
+    plain: Style
+    dim: Style
+    title: Style
+    good: Style
+    warning: Style
+    error: Style
+    accent: Style
+
+    @classmethod
+    def from_theme(cls, theme: Theme) -> Palette:
+        fg = theme.foreground or ("#e0e0e0" if theme.dark else "#202020")
+        return cls(
+            plain=Style(color=fg),
+            dim=Style(color=fg, dim=True),
+            title=Style(color=theme.accent or theme.primary, bold=True),
+            good=Style(color=theme.success or "green"),
+            warning=Style(color=theme.warning or "yellow"),
+            error=Style(color=theme.error or "red", bold=True),
+            accent=Style(color=theme.primary),
+        )
+
+    @classmethod
+    def default(cls) -> Palette:
+        return cls(Style(), Style(dim=True), Style(bold=True), Style(color="green"), Style(color="yellow"),
+                   Style(color="red", bold=True), Style(color="blue"))
+
+    def util_style(self, busy: bool) -> Callable[[float | None], Style]:
+        """High utilization is good; low is a warning only while a process is on the GPU."""
+
+        def style(v: float | None) -> Style:
+            if v is None:
+                return self.dim
+            if not busy:
+                return self.dim if v < 5 else self.plain
+            return self.good if v >= 70 else self.warning if v >= 30 else self.error
+
+        return style
+
+    def mem_style(self, v: float | None) -> Style:
+        if v is None:
+            return self.dim
+        return self.error if v >= 95 else self.warning if v >= 85 else self.accent
+
+    def temp_style(self, v: float | None) -> Style:
+        if v is None:
+            return self.dim
+        return self.error if v >= 85 else self.warning if v >= 75 else self.plain
+
+    def power_style(self, g: GpuSample) -> Style:
+        if g.power is None:
+            return self.dim
+        if g.power_limit and g.power >= 0.97 * g.power_limit:
+            return self.warning
+        return self.plain

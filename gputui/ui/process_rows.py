@@ -1,0 +1,181 @@
+"""The process table's rows, built from a Snapshot: filter, sort, tree. No widgets here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.style import Style
+from rich.text import Text
+
+from gputui.model import HostProcess, ProcessRow, Snapshot
+from gputui.units import NA, fmt_bytes, fmt_duration
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    width: int
+    sort: Callable[[ProcessRow | HostProcess], Any]
+    descending: bool = False  # the natural direction: biggest first for sizes and loads
+    justify: str = "right"
+
+
+def _gpu_attr(name: str) -> Callable[[ProcessRow | HostProcess], Any]:
+    return lambda p: getattr(p, name, None)
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("gpu", "GPU", 3, _gpu_attr("gpu")),
+    Column("pid", "PID", 8, lambda p: p.pid),
+    Column("user", "USER", 10, lambda p: p.user or "", justify="left"),
+    Column("kinds", "T", 3, _gpu_attr("kinds"), justify="left"),
+    Column("gpu_mem", "GPU MEM", 9, _gpu_attr("used_memory"), descending=True),
+    Column("sm", "SM%", 4, _gpu_attr("sm_util"), descending=True),
+    Column("bw", "BW%", 4, _gpu_attr("mem_util"), descending=True),
+    Column("cpu", "CPU%", 6, lambda p: p.cpu_percent, descending=True),
+    Column("rss", "RSS", 9, lambda p: p.rss, descending=True),
+    Column("time", "TIME", 8, lambda p: -(p.create_time or 0), descending=True),
+    Column("state", "STATE", 9, lambda p: p.state or "", justify="left"),
+    Column("command", "COMMAND", 400, lambda p: p.command or "", justify="left"),
+)
+COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+BY_KEY = {c.key: c for c in COLUMNS}
+_BAD_STATES = {"zombie": "error", "disk-sleep": "warning", "stopped": "warning", "tracing-stop": "warning"}
+
+
+@dataclass(frozen=True)
+class TableRow:
+    key: str
+    pid: int
+    create_time: float | None
+    process: ProcessRow | HostProcess
+    cells: tuple[Text, ...]
+
+
+@dataclass(frozen=True)
+class View:
+    """What the user chose to see."""
+
+    sort: str = "gpu"
+    reverse: bool = False
+    filter: str = ""
+    gpu: int | None = None
+    tree: bool = False
+
+
+def row_key(p: ProcessRow | HostProcess) -> str:
+    gpu = getattr(p, "gpu", "h")
+    return f"{gpu}/{p.pid}/{p.create_time or 0:.2f}"
+
+
+def matches(p: ProcessRow | HostProcess, needle: str) -> bool:
+    if not needle:
+        return True
+    needle = needle.lower()
+    return any(needle in s.lower() for s in (str(p.pid), p.user or "", p.command or ""))
+
+
+def _sort_key(column: Column) -> Callable[[ProcessRow | HostProcess], tuple[Any, ...]]:
+    def key(p: ProcessRow | HostProcess) -> tuple[Any, ...]:
+        value = column.sort(p)
+        # Unknown values sort last in either direction; ties keep a stable, meaningful order.
+        return (value is None, value if value is not None else 0, getattr(p, "gpu", -1), p.pid)
+
+    return key
+
+
+def _ordered(procs: list[Any], view: View) -> list[Any]:
+    column = BY_KEY.get(view.sort, BY_KEY["gpu"])
+    reverse = column.descending != view.reverse
+    known = [p for p in procs if column.sort(p) is not None]
+    unknown = [p for p in procs if column.sort(p) is None]
+    return sorted(known, key=_sort_key(column), reverse=reverse) + sorted(unknown, key=_sort_key(column))
+
+
+def build_rows(snap: Snapshot, view: View, styles: dict[str, Style] | None = None) -> list[TableRow]:
+    styles = styles or {}
+    procs = [p for p in snap.processes
+             if (view.gpu is None or p.gpu == view.gpu) and matches(p, view.filter)]
+    if not view.tree:
+        return [_row(p, snap.time, "", styles) for p in _ordered(procs, view)]
+    return _tree_rows(procs, snap, view, styles)
+
+
+def _tree_rows(procs: list[ProcessRow], snap: Snapshot, view: View,
+               styles: dict[str, Style]) -> list[TableRow]:
+    """GPU processes with their parents above and their descendants below, as an indented forest."""
+    nodes: list[ProcessRow | HostProcess] = [*procs, *snap.host_processes]
+    by_pid: dict[int, list[ProcessRow | HostProcess]] = {}
+    for n in nodes:
+        by_pid.setdefault(n.pid, []).append(n)
+    kids: dict[int, list[ProcessRow | HostProcess]] = {}
+    roots: list[ProcessRow | HostProcess] = []
+    for n in nodes:
+        if n.ppid in by_pid and n.ppid != n.pid:
+            kids.setdefault(n.ppid, []).append(n)
+        else:
+            roots.append(n)
+    rows: list[TableRow] = []
+    seen: set[str] = set()
+
+    def walk(n: ProcessRow | HostProcess, prefix: str, last: bool, depth: int) -> None:
+        key = row_key(n)
+        if key in seen:
+            return
+        seen.add(key)
+        branch = "" if depth == 0 else ("└─ " if last else "├─ ")
+        rows.append(_row(n, snap.time, prefix + branch, styles))
+        children = _ordered(kids.get(n.pid, []), view)
+        child_prefix = prefix + ("" if depth == 0 else ("   " if last else "│  "))
+        for i, child in enumerate(children):
+            walk(child, child_prefix, i == len(children) - 1, depth + 1)
+
+    for root in _ordered(roots, view):
+        walk(root, "", True, 0)
+    return rows
+
+
+def _row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style]) -> TableRow:
+    on_gpu = isinstance(p, ProcessRow)
+    dim = styles.get("dim", Style(dim=True))
+    invisible = on_gpu and not p.visible
+    state_style = styles.get(_BAD_STATES.get(p.state or "", ""), Style())
+
+    def cell(text: str, column: str, style: Style | str = "") -> Text:
+        justify = BY_KEY[column].justify
+        return Text(text, style=dim if invisible else style, justify=justify, no_wrap=True,  # type: ignore[arg-type]
+                    overflow="ellipsis")
+
+    if on_gpu:
+        assert isinstance(p, ProcessRow)
+        command = p.command if p.visible else "(not visible here: another PID namespace, or gone)"
+        gpu_cells = (cell(str(p.gpu), "gpu"), cell(p.kinds, "kinds"),
+                     cell(fmt_bytes(p.used_memory), "gpu_mem"), cell(_pct(p.sm_util), "sm"),
+                     cell(_pct(p.mem_util), "bw"))
+    else:
+        command = p.command
+        gpu_cells = (cell("-", "gpu", dim), cell("", "kinds"), cell("", "gpu_mem"), cell("", "sm"),
+                     cell("", "bw"))
+    run = now - p.create_time if p.create_time else None
+    user = p.user or ("-" if invisible else NA)
+    cells = (
+        gpu_cells[0], cell(str(p.pid), "pid"), cell(user, "user"), *gpu_cells[1:],
+        cell(f"{p.cpu_percent:.1f}" if p.cpu_percent is not None else NA, "cpu"),
+        cell(fmt_bytes(p.rss), "rss"), cell(fmt_duration(run), "time"),
+        cell(p.state or NA, "state", state_style),
+        # Text, never markup: a command line may contain "[/]" or escape sequences.
+        Text(tree_prefix + _printable(command or NA), style=dim if invisible or not on_gpu else "",
+             no_wrap=True),
+    )
+    return TableRow(row_key(p), p.pid, p.create_time, p, cells)
+
+
+def _pct(v: int | None) -> str:
+    return f"{v}%" if v is not None else NA
+
+
+def _printable(s: str) -> str:
+    return "".join(ch if ch.isprintable() else "?" for ch in s)

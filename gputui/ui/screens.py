@@ -1,0 +1,133 @@
+"""Modal screens: help, process detail, GPU chooser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from gputui.collect.procs import describe
+from gputui.model import GpuSample, ProcessDetail
+from gputui.ui.process_rows import TableRow
+from gputui.units import NA, fmt_bytes
+
+MODAL_CSS = """
+ModalScreen { align: center middle; }
+ModalScreen > VerticalScroll, ModalScreen > OptionList {
+    width: 90%; max-width: 110; height: auto; max-height: 90%;
+    border: round $accent; background: $surface; padding: 0 1;
+}
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = MODAL_CSS
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+
+    def __init__(self, keys: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.keys = keys
+
+    def compose(self) -> ComposeResult:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold")
+        table.add_column()
+        for key, description in self.keys:
+            table.add_row(key, description)
+        with VerticalScroll():
+            yield Static(Text("gputui keys", style="bold"), markup=False)
+            yield Static(table)
+            yield Static(Text("Ctrl+P opens the command palette (also: change theme).  Esc closes this.",
+                              style="dim"), markup=False)
+
+
+class DetailScreen(ModalScreen[None]):
+    """Everything about one process. It was opened for a PID and create time: never the cursor's now."""
+
+    DEFAULT_CSS = MODAL_CSS
+    BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
+
+    def __init__(self, row: TableRow, devices_dir: Path) -> None:
+        super().__init__()
+        self.row = row
+        self.devices_dir = devices_dir
+        self.detail: ProcessDetail | None = None
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(Text(f"process {self.row.pid}", style="bold"), markup=False)
+            yield Static(Text("reading /proc …", style="dim"), id="detail-body", markup=False)
+
+    def on_mount(self) -> None:
+        self._load()
+
+    @work(thread=True, exclusive=True)
+    def _load(self) -> None:
+        detail = describe(self.row.pid, self.row.create_time, self.devices_dir)
+        self.app.call_from_thread(self._show, detail)
+
+    def _show(self, detail: ProcessDetail) -> None:
+        self.detail = detail
+        self.query_one("#detail-body", Static).update(render_detail(self.row, detail))
+
+
+def render_detail(row: TableRow, d: ProcessDetail) -> Table:
+    p = row.process
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+
+    def add(label: str, value: str | None, style: str = "") -> None:
+        grid.add_row(label, Text(value if value is not None else NA, style=style))  # never markup
+
+    if d.error:
+        add("error", d.error, "red")
+    add("command", d.command or p.command)
+    add("user", p.user)
+    add("cwd", d.cwd)
+    if d.environ_readable:
+        cvd = d.cuda_visible_devices
+        add("CUDA_VISIBLE_DEVICES", cvd if cvd is not None else "(unset)")
+    else:
+        add("CUDA_VISIBLE_DEVICES", "(environment not readable: another user's process)", "dim")
+    if d.device_files is None:
+        add("device files", "(not readable: run as root to see them)", "dim")
+    else:
+        add("device files", "\n".join(d.device_files) or "(none)")
+    gpu = getattr(p, "gpu", None)
+    if gpu is not None:
+        add("GPU", f"{gpu}  ({getattr(p, 'kinds', '')})  memory {fmt_bytes(getattr(p, 'used_memory', None))}")
+    add("state", p.state)
+    add("parent", str(p.ppid) if p.ppid is not None else None)
+    kids = "\n".join(f"{c.pid}  {c.state or NA:<9} {c.command or c.name or NA}" for c in d.children)
+    add(f"children ({len(d.children)})", kids or "(none)")
+    return grid
+
+
+class GpuChooser(ModalScreen[int | None]):
+    DEFAULT_CSS = MODAL_CSS
+    BINDINGS = [Binding("escape,q", "cancel", "Cancel")]
+
+    def __init__(self, gpus: tuple[GpuSample, ...]) -> None:
+        super().__init__()
+        self.gpus = gpus
+
+    def compose(self) -> ComposeResult:
+        options = [Option(Text("all GPUs"), id="all")]
+        options += [Option(Text(f"GPU {g.index}  {g.name or NA}"), id=str(g.index)) for g in self.gpus]
+        yield OptionList(*options)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        choice = event.option.id
+        self.dismiss(None if choice in (None, "all") else int(choice))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

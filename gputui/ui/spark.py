@@ -1,0 +1,90 @@
+"""Sparklines on a fixed 0-100 scale, one cell per time bucket.
+
+Each cell is a bucket of `bucket_s` seconds aligned to the clock and shows the bucket's *minimum*, so a
+two-second dip stays visible in a 5-second cell. The view jump-scrolls: new buckets fill the empty
+right part, and only when it is full does the line shift left by a fifth of its width. A line that
+shifted every tick would repaint every cell every tick, which is what makes sparklines expensive over
+SSH; this way a tick usually changes one cell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from rich.style import Style
+
+from gputui.ui.canvas import Line
+
+GLYPHS = " ▁▂▃▄▅▆▇█"
+MIN_WINDOW_S = 300.0  # the view always covers at least five minutes
+
+
+def glyph(value: float | None) -> str:
+    if value is None:
+        return "·"
+    v = max(0.0, min(100.0, value))
+    return GLYPHS[math.ceil(v / 100.0 * 8)] if v > 0 else GLYPHS[1]
+
+
+def bucket_seconds(width: int, interval: float) -> float:
+    """Bucket size that keeps MIN_WINDOW_S visible even right after a jump (4/5 of the width)."""
+    usable = max(1, width - jump_cells(width))
+    return max(interval, math.ceil(MIN_WINDOW_S / usable))
+
+
+def jump_cells(width: int) -> int:
+    return max(1, width // 5)
+
+
+class BucketSeries:
+    """Per-bucket minimum of a series; at most `capacity` buckets are kept."""
+
+    def __init__(self, bucket_s: float, capacity: int) -> None:
+        self.bucket_s = bucket_s
+        self.buckets: deque[tuple[int, float | None]] = deque(maxlen=capacity)
+
+    def add(self, t: float, value: float | None) -> None:
+        n = int(t // self.bucket_s)
+        if self.buckets and self.buckets[-1][0] == n:
+            old = self.buckets[-1][1]
+            if value is not None and (old is None or value < old):
+                self.buckets[-1] = (n, value)
+        elif not self.buckets or n > self.buckets[-1][0]:  # a clock going back is ignored
+            self.buckets.append((n, value))
+
+    def extend(self, samples: Iterable[tuple[float, float | None]]) -> None:
+        for t, v in samples:
+            self.add(t, v)
+
+    @property
+    def latest(self) -> int | None:
+        return self.buckets[-1][0] if self.buckets else None
+
+
+class SparkView:
+    """Which bucket the leftmost cell shows; moves only in jumps."""
+
+    def __init__(self) -> None:
+        self.start: int | None = None
+
+    def place(self, latest: int | None, width: int) -> int:
+        if latest is None:
+            return self.start or 0
+        if self.start is None or latest >= self.start + width or latest < self.start:
+            self.start = latest - (width - jump_cells(width)) + 1
+        return self.start
+
+
+def draw(line: Line, series: BucketSeries, start: int, width: int,
+         style_for: Callable[[float | None], Style]) -> Line:
+    values = dict(series.buckets) if series.buckets else {}
+    empty = Style()
+    for n in range(start, start + width):
+        if n in values:
+            v = values[n]
+            line.add(glyph(v), style_for(v))
+        else:
+            line.add(" ", empty)
+    return line

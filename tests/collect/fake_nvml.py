@@ -1,0 +1,697 @@
+"""A fake NVML for tests: replaces the nvidia-ml-py (``pynvml``) functions that NvmlSource calls.
+
+The fakes return the binding's real ctypes structures and raise its real ``NVMLError_*`` classes, so the
+code under test sees exactly the types it sees on a machine with a driver. The process lists are the one
+place NvmlSource calls C functions itself (``pynvml._nvmlGetFunctionPointer`` and the two-call buffer
+sizing): the fake function pointers emulate the C calling convention, write into the caller's buffer with
+the layouts nvml.h defines (declared here independently of pynvml and of nvml.py, so a struct mismatch
+shows) and record a violation when the buffer is too small or of the wrong element size.
+
+Usage::
+
+    fake = FakeNvml(n_gpus=2).install(monkeypatch)
+    fake.gpus[0].temperature = 80
+    fake.fail(1, "nvmlDeviceGetFanSpeed", pynvml.NVML_ERROR_NO_PERMISSION)
+    fake.gpus[0].processes["C"].append(FakeProcess(pid=1234, memory=2 << 30))
+    ...
+    assert fake.violations == []
+
+Counting: ``fake.calls[i]`` counts, per GPU index, every call NvmlSource made of a pynvml function for
+that GPU (one per call, whether it failed or not) and every process-list query (one per two-call
+sequence, under the symbol's base name); ``fake.lib_calls[i]`` counts the calls that actually cross into
+libnvidia-ml (each C invocation of a process-list sizing sequence, both halves of the binding's own
+two-call ``nvmlDeviceGetProcessUtilization``, no call for a symbol the driver lacks). ``fake.arg_calls[i]``
+counts ``(name, first argument)`` pairs, e.g. ``("nvmlDeviceGetClockInfo", NVML_CLOCK_SM)``.
+
+A value of ``None`` in a FakeGpu attribute behind a query means the GPU does not support it: the call
+raises NVMLError_NotSupported (a GPU without a fan, ...).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time as _time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+import gputui.collect.nvml as nvml_module
+
+
+class _Any:
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+ANY: Any = _Any()  # in fail(): any argument
+
+NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE for unsigned long long
+
+
+# -- the driver's process structures, as nvml.h declares them --------------------------------------------
+
+
+class DriverProcessInfoV1(ctypes.Structure):
+    """nvmlProcessInfo_v1_t (the un-suffixed symbols): 16 bytes."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+class DriverProcessInfoV2(ctypes.Structure):
+    """nvmlProcessInfo_v2_t, which is also nvmlProcessInfo_t of the _v3 symbols: 24 bytes."""
+
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+DRIVER_PROCESS_STRUCTS: dict[int, type[ctypes.Structure]] = {
+    1: DriverProcessInfoV1,
+    2: DriverProcessInfoV2,
+    3: DriverProcessInfoV2,
+}
+PROC_SYMBOLS = {
+    "C": "nvmlDeviceGetComputeRunningProcesses",
+    "G": "nvmlDeviceGetGraphicsRunningProcesses",
+    "M": "nvmlDeviceGetMPSComputeRunningProcesses",
+}
+_VERSION_SUFFIX = {3: "_v3", 2: "_v2", 1: ""}
+
+
+def proc_symbol(kind: str, version: int) -> str:
+    return PROC_SYMBOLS[kind] + _VERSION_SUFFIX[version]
+
+
+# -- per-GPU state --------------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeProcess:
+    pid: int
+    memory: int | None = None  # bytes; None is written as NVML_VALUE_NOT_AVAILABLE
+    gpu_instance: int = 0xFFFFFFFF
+    compute_instance: int = 0xFFFFFFFF
+
+
+@dataclass
+class UtilSample:
+    pid: int
+    timestamp: int  # microseconds, like NVML's
+    sm: int
+    mem: int
+    enc: int = 0
+    dec: int = 0
+
+
+# Value types the fake reports for the batched fields, as current drivers do.
+DEFAULT_FIELD_TYPES = {
+    pynvml.NVML_FI_DEV_POWER_INSTANT: pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+    pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+}
+_UNION_MEMBER = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
+
+@dataclass
+class FakeGpu:
+    index: int
+    name: str | None = "NVIDIA H100 80GB HBM3"
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    minor: int | None = None
+    sm_clock_max: int | None = 1980  # MHz
+    mem_clock_max: int | None = 2619
+    util_gpu: int = 57
+    util_mem: int = 23
+    mem_total: int = 80 * 2**30
+    mem_reserved: int = 512 * 2**20
+    mem_used: int = 30 * 2**30  # v2 meaning: without the reserved part
+    power_mw: int | None = 350_250
+    power_limit_mw: int | None = 700_000
+    energy_mj: int = 123_456_789  # counter: advance() adds power_mw * seconds
+    pcie_tx_bytes: int = 10**12  # counters: advance() adds rate * seconds
+    pcie_rx_bytes: int = 3 * 10**11
+    pcie_tx_rate: int = 2_000_000_000  # bytes/s
+    pcie_rx_rate: int = 500_000_000
+    pcie_tx_kbs: int | None = 1_953_125  # nvmlDeviceGetPcieThroughput, KB/s
+    pcie_rx_kbs: int | None = 488_281
+    temperature: int | None = 61
+    sm_clock: int | None = 1755
+    mem_clock: int | None = 2619
+    pstate: int | None = 0
+    clock_reasons: int | None = 0x001 | 0x004  # gpu_idle, sw_power_cap
+    fan: int | None = 30
+    enc: int | None = 3
+    dec: int | None = 5
+    compute_mode: int | None = 0
+    persistence: int | None = 1
+    mig: tuple[int, int] | None = (0, 0)
+    processes: dict[str, list[FakeProcess]] = field(default_factory=lambda: {"C": [], "G": [], "M": []})
+    util_samples: list[UtilSample] = field(default_factory=list)
+    field_types: dict[int, int] = field(default_factory=lambda: dict(DEFAULT_FIELD_TYPES))
+    field_returns: dict[int, int] = field(default_factory=dict)  # fieldId -> nvmlReturn for that field
+
+    def __post_init__(self) -> None:
+        i = self.index
+        if self.uuid is None:
+            self.uuid = f"GPU-{i:08x}-1111-2222-3333-44445555{i:04x}"
+        if self.pci_bus_id is None:
+            self.pci_bus_id = f"00000000:{0x1B + 0x10 * i:02X}:00.0"
+        if self.minor is None:
+            self.minor = 7 - i  # deliberately not the NVML index
+
+
+@dataclass
+class _Rule:
+    gpu: int | None  # None: every GPU and the system calls
+    name: str
+    error: Any  # an NVML_ERROR_* code, or an exception (instance or class) to raise
+    arg: Any = ANY
+    times: int | None = None  # None: every call
+
+
+@dataclass
+class _Growth:
+    gpu: int
+    kind: str
+    add: int | Callable[[int], int]  # how many start: a number, or a function of the list's length
+    times: int | None
+
+
+class FakeHandle:
+    """An opaque device handle, as c_nvmlDevice_t is to the caller."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"FakeHandle({self.index})"
+
+
+class _FakeTime:
+    """Stands in for the ``time`` module inside gputui.collect.nvml: monotonic() is the fake clock."""
+
+    def __init__(self, fake: FakeNvml) -> None:
+        self._fake = fake
+
+    def monotonic(self) -> float:
+        return self._fake.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_time, name)
+
+
+def _nvml_error(error: Any) -> BaseException:
+    if isinstance(error, int):
+        return pynvml.NVMLError(error)
+    if isinstance(error, type):
+        return error()
+    return error
+
+
+class FakeNvml:
+    # Every pynvml attribute install() replaces.
+    BINDINGS = (
+        "nvmlInit",
+        "nvmlShutdown",
+        "nvmlSystemGetDriverVersion",
+        "nvmlSystemGetNVMLVersion",
+        "nvmlSystemGetCudaDriverVersion",
+        "nvmlDeviceGetCount",
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetPciInfo",
+        "nvmlDeviceGetMinorNumber",
+        "nvmlDeviceGetMaxClockInfo",
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetFieldValues",
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetTemperature",
+        "nvmlDeviceGetClockInfo",
+        "nvmlDeviceGetPerformanceState",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+        "nvmlDeviceGetFanSpeed",
+        "nvmlDeviceGetEncoderUtilization",
+        "nvmlDeviceGetDecoderUtilization",
+        "nvmlDeviceGetPcieThroughput",
+        "nvmlDeviceGetComputeMode",
+        "nvmlDeviceGetPersistenceMode",
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetProcessUtilization",
+        "_nvmlGetFunctionPointer",
+    )
+
+    def __init__(self, n_gpus: int = 2, gpus: list[FakeGpu] | None = None) -> None:
+        self.gpus: list[FakeGpu] = gpus if gpus is not None else [FakeGpu(i) for i in range(n_gpus)]
+        self.driver_version = "550.54.15"
+        self.nvml_version = "12.550.54.15"
+        self.cuda_version = 12040
+        self.init_error: Any = None  # raised by nvmlInit (a code or an exception)
+        self.bytes_strings = False  # old bindings returned bytes for names and versions
+        self.missing_symbols: set[str] = set()  # C symbols this "driver" lacks
+        self.initialized = 0  # nvmlInit reference count
+        self.now = 1000.0  # the fake monotonic clock, seconds
+        self.calls: defaultdict[int, Counter[str]] = defaultdict(Counter)
+        self.lib_calls: defaultdict[int, Counter[str]] = defaultdict(Counter)
+        self.arg_calls: defaultdict[int, Counter[tuple[str, Any]]] = defaultdict(Counter)
+        self.system_calls: Counter[str] = Counter()
+        self.lookups: Counter[str] = Counter()  # _nvmlGetFunctionPointer names asked for
+        self.failed_lookups: Counter[str] = Counter()
+        self.proc_util_args: defaultdict[int, list[int]] = defaultdict(list)  # lastSeenTimeStamp passed
+        self.violations: list[str] = []  # misuse of the API seen by the fake
+        self._rules: list[_Rule] = []
+        self._growth: list[_Growth] = []
+        self._next_pid = 40_000
+
+    # -- set-up ---------------------------------------------------------------------------------------
+
+    def install(self, monkeypatch: Any) -> FakeNvml:
+        for name in self.BINDINGS:
+            monkeypatch.setattr(pynvml, name, getattr(self, name))
+        monkeypatch.setattr(nvml_module, "time", _FakeTime(self))
+        return self
+
+    def advance(self, seconds: float) -> None:
+        """Time passes: the clock, and with it the energy and PCIe byte counters of every GPU."""
+        self.now += seconds
+        for g in self.gpus:
+            g.energy_mj += int((g.power_mw or 0) * seconds)
+            g.pcie_tx_bytes += int(g.pcie_tx_rate * seconds)
+            g.pcie_rx_bytes += int(g.pcie_rx_rate * seconds)
+
+    def fail(self, gpu: int | None, name: str, error: Any, *, arg: Any = ANY,
+             times: int | None = None) -> None:
+        """Make `name` (a pynvml function, or a process-list symbol with or without its version suffix)
+        fail on GPU `gpu` (None: everywhere) with `error`: an NVML_ERROR_* code or an exception."""
+        self._rules.append(_Rule(gpu, name, error, arg, times))
+
+    def clear_failures(self) -> None:
+        self._rules.clear()
+
+    def old_driver(self, proc_version: int) -> None:
+        """A driver whose newest process-list symbols are of `proc_version` (1: no _v2, no _v3)."""
+        for kind in PROC_SYMBOLS:
+            for version in range(proc_version + 1, 4):
+                self.missing_symbols.add(proc_symbol(kind, version))
+
+    def grow_between_calls(self, gpu: int, kind: str, add: int | Callable[[int], int],
+                           times: int | None = 1) -> None:
+        """After each of the next `times` calls of a process list (None: every call), `add` new processes
+        start (`add` may be a function of the list's length): a list that grows between the sizing call
+        and the filling call."""
+        self._growth.append(_Growth(gpu, kind, add, times))
+
+    def new_pid(self) -> int:
+        self._next_pid += 1
+        return self._next_pid
+
+    def add_util_sample(self, gpu: int, pid: int, sm: int, mem: int, timestamp: int | None = None) -> None:
+        ts = int(self.now * 1_000_000) if timestamp is None else timestamp
+        self.gpus[gpu].util_samples.append(UtilSample(pid, ts, sm, mem))
+
+    def reset_counts(self) -> None:
+        for counter in (self.calls, self.lib_calls, self.arg_calls):
+            counter.clear()
+        self.system_calls.clear()
+        self.lookups.clear()
+        self.failed_lookups.clear()
+
+    def total_calls(self, gpu: int) -> int:
+        return sum(self.calls[gpu].values())
+
+    def total_lib_calls(self, gpu: int) -> int:
+        return sum(self.lib_calls[gpu].values())
+
+    # -- machinery ------------------------------------------------------------------------------------
+
+    def _violation(self, text: str) -> None:
+        self.violations.append(text)
+
+    def _check_init(self) -> None:
+        if self.initialized <= 0:
+            self._violation("NVML called while not initialized")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def _gpu_of(self, handle: Any) -> FakeGpu:
+        if not isinstance(handle, FakeHandle) or not 0 <= handle.index < len(self.gpus):
+            self._violation(f"not a device handle: {handle!r}")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self.gpus[handle.index]
+
+    def _injected(self, gpu: int | None, names: tuple[str, ...], arg: Any) -> Any:
+        for rule in self._rules:
+            if rule.gpu is not None and rule.gpu != gpu:
+                continue
+            if rule.name not in names or (rule.arg is not ANY and rule.arg != arg):
+                continue
+            if rule.times is not None:
+                if rule.times <= 0:
+                    continue
+                rule.times -= 1
+            return rule.error
+        return None
+
+    def _system(self, name: str, symbol: str | None = None) -> None:
+        self.system_calls[name] += 1
+        self._check_init()
+        if (symbol or name) in self.missing_symbols:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        error = self._injected(None, (name,), ANY)
+        if error is not None:
+            raise _nvml_error(error)
+
+    def _enter(self, name: str, handle: Any, arg: Any = None, symbol: str | None = None) -> FakeGpu:
+        """Book-keeping shared by the device calls: count, check, inject."""
+        gpu = self._gpu_of(handle)
+        self.calls[gpu.index][name] += 1
+        self.arg_calls[gpu.index][(name, arg)] += 1
+        self._check_init()
+        if (symbol or name) in self.missing_symbols:  # pynvml's pointer lookup fails: no C call
+            self.failed_lookups[symbol or name] += 1
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        self.lib_calls[gpu.index][name] += 1
+        error = self._injected(gpu.index, (name,), arg)
+        if error is not None:
+            raise _nvml_error(error)
+        return gpu
+
+    @staticmethod
+    def _supported(value: Any) -> Any:
+        if value is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
+    def _str(self, value: str) -> Any:
+        return value.encode() if self.bytes_strings else value
+
+    # -- system -----------------------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self.system_calls["nvmlInit"] += 1
+        if self.init_error is not None:
+            raise _nvml_error(self.init_error)
+        self.initialized += 1
+
+    def nvmlShutdown(self) -> None:
+        self.system_calls["nvmlShutdown"] += 1
+        if self.initialized <= 0:
+            self._violation("nvmlShutdown without nvmlInit")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        self.initialized -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> Any:
+        self._system("nvmlSystemGetDriverVersion")
+        return self._str(self.driver_version)
+
+    def nvmlSystemGetNVMLVersion(self) -> Any:
+        self._system("nvmlSystemGetNVMLVersion")
+        return self._str(self.nvml_version)
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._system("nvmlSystemGetCudaDriverVersion")
+        return self.cuda_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._system("nvmlDeviceGetCount", "nvmlDeviceGetCount_v2")
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
+        name = "nvmlDeviceGetHandleByIndex"
+        self.calls[index][name] += 1
+        self.lib_calls[index][name] += 1
+        self._check_init()
+        if not 0 <= index < len(self.gpus):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        error = self._injected(index, (name,), index)
+        if error is not None:
+            raise _nvml_error(error)
+        return FakeHandle(index)
+
+    # -- static ---------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetName(self, handle: Any) -> Any:
+        gpu = self._enter("nvmlDeviceGetName", handle)
+        return self._str(self._supported(gpu.name))
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> Any:
+        gpu = self._enter("nvmlDeviceGetUUID", handle)
+        return self._str(self._supported(gpu.uuid))
+
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
+        gpu = self._enter("nvmlDeviceGetPciInfo", handle, symbol="nvmlDeviceGetPciInfo_v3")
+        bus_id = self._supported(gpu.pci_bus_id)
+        info = pynvml.nvmlPciInfo_t()
+        info.busId = bus_id
+        info.busIdLegacy = bus_id[4:]
+        info.domain, info.bus, info.device = 0, int(bus_id.split(":")[1], 16), 0
+        info.pciDeviceId = 0x233010DE
+        return info
+
+    def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetMinorNumber", handle)
+        return self._supported(gpu.minor)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, type: int) -> int:
+        gpu = self._enter("nvmlDeviceGetMaxClockInfo", handle, type)
+        if type == pynvml.NVML_CLOCK_SM:
+            return self._supported(gpu.sm_clock_max)
+        if type == pynvml.NVML_CLOCK_MEM:
+            return self._supported(gpu.mem_clock_max)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    # -- every tick -------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        gpu = self._enter("nvmlDeviceGetUtilizationRates", handle)
+        return pynvml.c_nvmlUtilization_t(gpu=gpu.util_gpu, memory=gpu.util_mem)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = None) -> Any:
+        symbol = "nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo"
+        gpu = self._enter("nvmlDeviceGetMemoryInfo", handle, version, symbol=symbol)
+        if not version:
+            used = gpu.mem_used + gpu.mem_reserved  # v1 counts the reserved memory as used
+            return pynvml.c_nvmlMemory_t(total=gpu.mem_total, free=gpu.mem_total - used, used=used)
+        if version != pynvml.nvmlMemory_v2:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        m = pynvml.c_nvmlMemory_v2_t()
+        m.version = version
+        m.total, m.reserved, m.used = gpu.mem_total, gpu.mem_reserved, gpu.mem_used
+        m.free = gpu.mem_total - gpu.mem_reserved - gpu.mem_used
+        return m
+
+    @staticmethod
+    def _field_raw(gpu: FakeGpu, field_id: int) -> int | None:
+        return {
+            pynvml.NVML_FI_DEV_POWER_INSTANT: gpu.power_mw,
+            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: gpu.power_limit_mw,
+            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: gpu.energy_mj,
+            pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: gpu.pcie_tx_bytes,
+            pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: gpu.pcie_rx_bytes,
+        }.get(field_id)
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[Any]) -> Any:
+        gpu = self._enter("nvmlDeviceGetFieldValues", handle)
+        values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
+        for fv, fid in zip(values, fieldIds, strict=True):
+            if not isinstance(fid, int):
+                self._violation(f"field id {fid!r} is not an int")
+                fid = int(fid[0])
+            fv.fieldId = fid
+            fv.scopeId = 0
+            fv.timestamp = int(self.now * 1_000_000)
+            raw = self._field_raw(gpu, fid)
+            ret = gpu.field_returns.get(fid, pynvml.NVML_SUCCESS)
+            if raw is None and ret == pynvml.NVML_SUCCESS:
+                ret = pynvml.NVML_ERROR_NOT_SUPPORTED
+            fv.nvmlReturn = ret
+            if ret != pynvml.NVML_SUCCESS or raw is None:
+                continue
+            kind = gpu.field_types.get(fid, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG)
+            fv.valueType = kind
+            member = _UNION_MEMBER.get(kind)
+            if member is not None:
+                setattr(fv.value, member, float(raw) if member == "dVal" else raw)
+            else:  # an unknown type: the bits land somewhere the caller cannot interpret
+                fv.value.ullVal = raw
+        return values
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetPowerUsage", handle)
+        return self._supported(gpu.power_mw)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetEnforcedPowerLimit", handle)
+        return self._supported(gpu.power_limit_mw)
+
+    # -- slow ticks -------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        gpu = self._enter("nvmlDeviceGetTemperature", handle, sensor)
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._supported(gpu.temperature)
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
+        gpu = self._enter("nvmlDeviceGetClockInfo", handle, type)
+        if type == pynvml.NVML_CLOCK_SM:
+            return self._supported(gpu.sm_clock)
+        if type == pynvml.NVML_CLOCK_MEM:
+            return self._supported(gpu.mem_clock)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetPerformanceState(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetPerformanceState", handle)
+        return self._supported(gpu.pstate)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        return self._supported(gpu.clock_reasons)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        return self._supported(gpu.clock_reasons)
+
+    def nvmlDeviceGetFanSpeed(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetFanSpeed", handle)
+        return self._supported(gpu.fan)
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: Any) -> list[int]:
+        gpu = self._enter("nvmlDeviceGetEncoderUtilization", handle)
+        return [self._supported(gpu.enc), 167_000]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: Any) -> list[int]:
+        gpu = self._enter("nvmlDeviceGetDecoderUtilization", handle)
+        return [self._supported(gpu.dec), 167_000]
+
+    def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int) -> int:
+        gpu = self._enter("nvmlDeviceGetPcieThroughput", handle, counter)
+        if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES:
+            return self._supported(gpu.pcie_tx_kbs)
+        if counter == pynvml.NVML_PCIE_UTIL_RX_BYTES:
+            return self._supported(gpu.pcie_rx_kbs)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    # -- settings ---------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetComputeMode(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetComputeMode", handle)
+        return self._supported(gpu.compute_mode)
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetPersistenceMode", handle)
+        return self._supported(gpu.persistence)
+
+    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+        gpu = self._enter("nvmlDeviceGetMigMode", handle)
+        return list(self._supported(gpu.mig))
+
+    # -- processes --------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
+        """Like the binding: a sizing call, then (if there are samples) a filling call. Only samples newer
+        than `timeStamp` come back; none gives NVML_ERROR_NOT_FOUND, as the driver does."""
+        name = "nvmlDeviceGetProcessUtilization"
+        gpu = self._enter(name, handle)
+        self.proc_util_args[gpu.index].append(timeStamp)
+        samples = [s for s in gpu.util_samples if s.timestamp > timeStamp]
+        if not samples:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        self.lib_calls[gpu.index][name] += 1  # the binding's second call
+        return [pynvml.c_nvmlProcessUtilizationSample_t(pid=s.pid, timeStamp=s.timestamp, smUtil=s.sm,
+                                                        memUtil=s.mem, encUtil=s.enc, decUtil=s.dec)
+                for s in samples]
+
+    def _nvmlGetFunctionPointer(self, name: str) -> Any:
+        self.lookups[name] += 1
+        for kind in PROC_SYMBOLS:
+            for version in (3, 2, 1):
+                if name == proc_symbol(kind, version):
+                    if name in self.missing_symbols:
+                        self.failed_lookups[name] += 1
+                        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+                    return self._process_function(kind, version)
+        # Every binding NvmlSource uses is replaced; reaching here means an un-faked one was called.
+        self._violation(f"unexpected function pointer lookup: {name}")
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def _grow(self, gpu: FakeGpu, kind: str) -> None:
+        for g in self._growth:
+            if g.gpu == gpu.index and g.kind == kind and (g.times is None or g.times > 0):
+                if g.times is not None:
+                    g.times -= 1
+                procs = gpu.processes[kind]
+                for _ in range(g.add(len(procs)) if callable(g.add) else g.add):
+                    procs.append(FakeProcess(self.new_pid(), 64 * 2**20))
+
+    def _process_function(self, kind: str, version: int) -> Any:
+        symbol = proc_symbol(kind, version)
+        base = PROC_SYMBOLS[kind]
+        struct = DRIVER_PROCESS_STRUCTS[version]
+
+        def fn(handle: Any, count_ref: Any, buf: Any) -> int:
+            """nvmlReturn_t fn(nvmlDevice_t, unsigned int *infoCount, nvmlProcessInfo_vN_t *infos)"""
+            gpu = self._gpu_of(handle)
+            if buf is None:
+                self.calls[gpu.index][base] += 1  # one query per two-call sequence
+            self.lib_calls[gpu.index][symbol] += 1
+            self._check_init()
+            count = getattr(count_ref, "_obj", None)
+            if count is None:
+                count = getattr(count_ref, "contents", None)
+            if not isinstance(count, ctypes.c_uint):
+                self._violation(f"{symbol}: infoCount is not a pointer to an unsigned int: {count_ref!r}")
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            error = self._injected(gpu.index, (base, symbol), None)
+            if error is not None:
+                if not isinstance(error, int):
+                    raise _nvml_error(error)
+                return error
+            procs = gpu.processes[kind]
+            needed = len(procs)
+            if buf is None:
+                count.value = needed
+                self._grow(gpu, kind)  # new processes start between this call and the next
+                return pynvml.NVML_SUCCESS if needed == 0 else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            capacity = count.value
+            element = getattr(type(buf), "_type_", None)
+            if element is None or ctypes.sizeof(element) != ctypes.sizeof(struct):
+                self._violation(f"{symbol}: buffer of {element} for a {ctypes.sizeof(struct)}-byte struct")
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            if ctypes.sizeof(buf) < capacity * ctypes.sizeof(struct):
+                self._violation(f"{symbol}: infoCount {capacity} exceeds the buffer")
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            if capacity < needed:
+                count.value = needed
+                self._grow(gpu, kind)
+                return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            out = ctypes.cast(buf, ctypes.POINTER(struct))
+            for i, p in enumerate(procs):
+                out[i].pid = p.pid
+                out[i].usedGpuMemory = NOT_AVAILABLE if p.memory is None else p.memory
+                if version >= 2:
+                    out[i].gpuInstanceId = p.gpu_instance
+                    out[i].computeInstanceId = p.compute_instance
+            count.value = needed
+            return pynvml.NVML_SUCCESS
+
+        return fn

@@ -1,0 +1,471 @@
+"""The demo source: real child processes that hold stand-in device files, and a deterministic simulation.
+
+Every test that starts processes finds them (psutil) before it ends anything and kills whatever is left
+in a `finally`, so a failing test leaves no process and no temporary directory behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gputui.collect.demo import DemoSource
+from gputui.collect.sampler import Sampler
+from gputui.collect.source import Reading, SourceUnavailable
+
+GIB = 1 << 30
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if pred():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(step)
+
+
+def _not_running(proc: psutil.Process) -> bool:
+    """Reaped (or its PID reused by another process: is_running() compares creation times)."""
+    try:
+        return not proc.is_running()
+    except psutil.Error:
+        return True
+
+
+def _gone(proc: psutil.Process) -> bool:
+    """Not running, or at most a zombie that some other process (init, a subreaper) has still to reap."""
+    if _not_running(proc):
+        return True
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE and proc.ppid() != os.getpid()
+    except psutil.Error:
+        return True
+
+
+def _describe(procs: Iterable[psutil.Process]) -> list[str]:
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{p.pid} {p.status()} ppid={p.ppid()} {' '.join(p.cmdline())[-80:]}")
+        except psutil.Error as err:
+            out.append(f"{p.pid} ({type(err).__name__})")
+    return out
+
+
+def _assert_all_gone(procs: list[psutil.Process], timeout: float = 3.0) -> None:
+    # Prefer "really gone" (reaped); a zombie left to init is accepted only once the wait is over.
+    if _wait_until(lambda: all(_not_running(p) for p in procs), timeout):
+        return
+    left = [p for p in procs if not _gone(p)]
+    assert not left, f"demo processes still alive: {_describe(left)}"
+
+
+def _kill(procs: Iterable[psutil.Process]) -> None:
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                p.kill()  # psutil refuses to kill a reused PID
+
+
+def _remove_demo_dir(path: Path | None) -> None:
+    if path is not None and path.name.startswith("gputui-demo-"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _fd_targets(pid: int) -> set[str]:
+    fd_dir = f"/proc/{pid}/fd"
+    out = set()
+    for fd in os.listdir(fd_dir):
+        with contextlib.suppress(OSError):
+            out.add(os.readlink(os.path.join(fd_dir, fd)))
+    return out
+
+
+def _expected_files(devices_dir: Path, gpu: int) -> set[str]:
+    return {os.path.realpath(devices_dir / n) for n in ("nvidiactl", "nvidia-uvm", f"nvidia{gpu}")}
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _gpu_of(proc: psutil.Process) -> int:
+    args = _cmdline(proc)
+    return int(args[args.index("--gpu") + 1])
+
+
+@dataclass
+class DemoTree:
+    """The demo's processes as psutil sees them."""
+
+    devices_dir: Path | None = None
+    trainers: list[psutil.Process] = field(default_factory=list)  # index = GPU
+    workers: dict[int, list[psutil.Process]] = field(default_factory=dict)  # trainer pid -> live children
+    zombies: dict[int, list[psutil.Process]] = field(default_factory=dict)  # trainer pid -> defunct children
+    orphan: psutil.Process | None = None
+
+    def all(self) -> list[psutil.Process]:
+        procs = list(self.trainers)
+        for t in self.trainers:
+            procs += self.workers.get(t.pid, []) + self.zombies.get(t.pid, [])
+        return procs + ([self.orphan] if self.orphan is not None else [])
+
+
+def _classify_children(tree: DemoTree) -> None:
+    for t in tree.trainers:
+        kids = t.children()
+        tree.workers[t.pid] = [k for k in kids if k.status() != psutil.STATUS_ZOMBIE]
+        tree.zombies[t.pid] = [k for k in kids if k.status() == psutil.STATUS_ZOMBIE]
+
+
+def _tree_of_source(src: DemoSource) -> DemoTree:
+    tree = DemoTree(devices_dir=src.devices_dir, trainers=[psutil.Process(p.pid) for p in src.trainers])
+    _classify_children(tree)
+    assert src.orphan_pid is not None
+    tree.orphan = psutil.Process(src.orphan_pid)
+    return tree
+
+
+def _find_orphan(devices_dir: Path) -> psutil.Process | None:
+    for p in psutil.process_iter(["cmdline"]):
+        args = p.info["cmdline"] or []
+        if not any(a.endswith("demo_train.py") for a in args) or "orphan-parent" not in args:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get("GPUTUI_DEMO_DEVICES") == str(devices_dir) and p.status() != "zombie":
+                return p
+    return None
+
+
+def _wait_for_tree(tree: DemoTree, gputui: psutil.Process, gpus: int, workers: int = 3) -> None:
+    """Fill `tree` with the demo processes of a running `gputui --demo`, once all of them are up."""
+
+    def ready() -> bool:
+        try:
+            kids = gputui.children()
+            trainers = [k for k in kids if "trainer" in _cmdline(k)]
+            if len(trainers) != gpus:
+                return False
+            tree.trainers = sorted(trainers, key=_gpu_of)
+            _classify_children(tree)
+            if any(len(tree.workers[t.pid]) != workers for t in tree.trainers):
+                return False
+            if len(tree.zombies[tree.trainers[0].pid]) != 1:
+                return False
+            tree.devices_dir = Path(tree.trainers[0].environ()["GPUTUI_DEMO_DEVICES"])
+            tree.orphan = _find_orphan(tree.devices_dir)
+            return tree.orphan is not None and tree.orphan.ppid() != gputui.pid
+        except (psutil.Error, KeyError, ValueError):
+            return False
+
+    assert _wait_until(ready, 20.0), f"the demo did not start: {_describe(tree.all())}"
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[object]]:
+    """Register DemoSources, DemoTrees and Popens; whatever is left of them is killed afterwards."""
+    things: list[object] = []
+    yield things
+    for thing in things:
+        if isinstance(thing, DemoSource):
+            dirs = thing.devices_dir
+            with contextlib.suppress(Exception):
+                thing.close()
+            _remove_demo_dir(dirs)
+        elif isinstance(thing, DemoTree):
+            _kill(thing.all())
+            _remove_demo_dir(thing.devices_dir)
+        elif isinstance(thing, subprocess.Popen):
+            if thing.poll() is None:
+                thing.kill()
+            thing.wait(timeout=10)
+
+
+# -- the processes -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def opened(cleanup: list[object]) -> tuple[DemoSource, DemoTree]:
+    src = DemoSource(gpus=3, workers=2)
+    cleanup.append(src)
+    src.open()
+    tree = _tree_of_source(src)
+    cleanup.append(tree)  # killed only if close() left anything
+    return src, tree
+
+
+def test_one_trainer_per_gpu_with_its_workers(opened: tuple[DemoSource, DemoTree]) -> None:
+    src, tree = opened
+    assert len(tree.trainers) == 3
+    for gpu, (popen, trainer) in enumerate(zip(src.trainers, tree.trainers, strict=True)):
+        assert trainer.pid == popen.pid
+        assert trainer.ppid() == os.getpid()
+        assert trainer.status() != psutil.STATUS_ZOMBIE
+        args = trainer.cmdline()
+        assert any(a.endswith("demo_train.py") for a in args)
+        assert args[args.index("--role") + 1] == "trainer"
+        assert _gpu_of(trainer) == gpu
+        workers = tree.workers[trainer.pid]
+        assert len(workers) == 2, _describe(workers)
+        assert all(w.ppid() == trainer.pid for w in workers)
+        # A session of its own: Ctrl-C in gputui's terminal does not reach the demo.
+        assert os.getsid(trainer.pid) == trainer.pid != os.getsid(0)
+
+
+def test_trainer_0_has_one_defunct_child(opened: tuple[DemoSource, DemoTree]) -> None:
+    _, tree = opened
+    zombies = tree.zombies[tree.trainers[0].pid]
+    assert len(zombies) == 1
+    assert zombies[0].status() == psutil.STATUS_ZOMBIE
+    assert zombies[0].ppid() == tree.trainers[0].pid
+    for trainer in tree.trainers[1:]:
+        assert tree.zombies[trainer.pid] == []
+
+
+def test_orphan_outlived_its_parent(opened: tuple[DemoSource, DemoTree]) -> None:
+    src, tree = opened
+    orphan = tree.orphan
+    assert orphan is not None and orphan.pid == src.orphan_pid
+    assert orphan.status() != psutil.STATUS_ZOMBIE
+    assert "orphan-parent" in orphan.cmdline()  # a fork of the orphan-parent, which has exited
+    ppid = orphan.ppid()
+    assert ppid != os.getpid()
+    assert ppid not in {t.pid for t in tree.trainers}
+    # Re-parented to init or to a subreaper, which can only be one of our own ancestors.
+    assert ppid == 1 or ppid in {p.pid for p in psutil.Process().parents()}
+    assert not any(a.endswith("demo_train.py") for a in _cmdline(psutil.Process(ppid)))
+
+
+def test_every_process_holds_the_stand_in_device_files(opened: tuple[DemoSource, DemoTree]) -> None:
+    src, tree = opened
+    assert src.devices_dir.is_dir() and src.devices_dir.name.startswith("gputui-demo-")
+    assert sorted(p.name for p in src.devices_dir.iterdir()) == sorted(
+        ["nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm"])
+    for gpu, trainer in enumerate(tree.trainers):
+        expected = _expected_files(src.devices_dir, gpu)
+        for proc in [trainer, *tree.workers[trainer.pid]]:
+            held = _fd_targets(proc.pid)
+            assert expected <= held, (proc.pid, held)
+            others = {os.path.realpath(src.devices_dir / f"nvidia{g}") for g in range(3) if g != gpu}
+            assert not held & others
+    assert tree.orphan is not None
+    assert _expected_files(src.devices_dir, 0) <= _fd_targets(tree.orphan.pid)
+
+
+def test_trainer_environment(opened: tuple[DemoSource, DemoTree]) -> None:
+    src, tree = opened
+    for gpu, trainer in enumerate(tree.trainers):
+        env = trainer.environ()
+        assert env["CUDA_VISIBLE_DEVICES"] == str(gpu)
+        assert env["GPUTUI_DEMO_DEVICES"] == str(src.devices_dir)
+
+
+def test_the_ghost_pid_is_not_a_process_here(opened: tuple[DemoSource, DemoTree]) -> None:
+    src, _ = opened
+    assert src.ghost_pid is not None
+    assert not psutil.pid_exists(src.ghost_pid)
+
+
+def test_close_ends_every_process_and_removes_the_files(opened: tuple[DemoSource, DemoTree]) -> None:
+    src, tree = opened
+    procs = tree.all()
+    assert len(procs) == 3 + 3 * 2 + 1 + 1  # trainers, workers, the defunct child, the orphan
+    devices_dir = src.devices_dir
+    src.close()
+    _assert_all_gone(procs)
+    assert not devices_dir.exists()
+    assert src.trainers == [] and src.orphan_pid is None
+    src.close()  # idempotent
+    src.close()
+    assert not devices_dir.exists()
+
+
+def test_close_without_open_is_harmless() -> None:
+    src = DemoSource(gpus=2)
+    src.close()
+    src.close()
+    assert src.trainers == []
+
+
+@pytest.mark.parametrize("gpus", [0, -1, 17])
+def test_gpu_count_out_of_range(gpus: int) -> None:
+    with pytest.raises(SourceUnavailable, match="between 1 and 16"):
+        DemoSource(gpus=gpus)
+
+
+# -- nothing outlives gputui -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("signum", "returncodes"), [
+    (signal.SIGTERM, {128 + signal.SIGTERM}),
+    (signal.SIGHUP, {128 + signal.SIGHUP}),  # a dropped SSH connection
+    (signal.SIGINT, {0, 130}),  # the full-screen UI may take it as a quit
+    (signal.SIGKILL, {-signal.SIGKILL}),  # a crash: no cleanup code runs at all
+], ids=["SIGTERM", "SIGHUP", "SIGINT", "SIGKILL"])
+def test_gputui_demo_leaves_nothing_behind(signum: int, returncodes: set[int], cleanup: list[object]
+                                           ) -> None:
+    # The live view (a plain refreshing table, or the full-screen UI) with its output thrown away.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gputui", "--demo", "--demo-gpus", "2", "--interval", "0.2"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    tree = DemoTree()
+    cleanup += [proc, tree]  # in this order: gputui first, then whatever it left
+    _wait_for_tree(tree, psutil.Process(proc.pid), gpus=2)
+    procs = tree.all()
+    assert len(procs) == 2 + 2 * 3 + 1 + 1
+    assert tree.devices_dir is not None and tree.devices_dir.is_dir()
+    time.sleep(0.3)  # let it draw at least once
+
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=10)
+    assert proc.returncode in returncodes
+    assert b"Traceback" not in stderr, stderr.decode()
+    # SIGKILL: no cleanup code ran; the children saw end-of-file on gputui's pipe, and trainer 0 (the
+    # janitor) removed the directory.
+    _assert_all_gone(procs)
+    assert _wait_until(lambda: not tree.devices_dir.exists(), 3.0), tree.devices_dir
+
+
+# -- the simulation ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sim(cleanup: list[object]) -> tuple[DemoSource, FakeClock]:
+    clock = FakeClock()
+    src = DemoSource(gpus=4, seed=0, clock=clock)
+    cleanup.append(src)
+    src.open()
+    return src, clock
+
+
+def _timeline(src: DemoSource, clock: FakeClock, start: float, stop: float, step: float
+              ) -> list[tuple[float, Reading]]:
+    out = []
+    t = start
+    while t <= stop:
+        clock.t = 1000.0 + t
+        out.append((t, src.read(slow=True)))
+        t += step
+    return out
+
+
+def test_simulation_is_deterministic(cleanup: list[object]) -> None:
+    def run(seed: int) -> list[tuple[object, ...]]:
+        clock = FakeClock()
+        src = DemoSource(gpus=3, seed=seed, clock=clock)
+        cleanup.append(src)
+        src.open()
+        try:
+            out = []
+            for t in (0.0, 0.5, 3.0, 17.25, 42.0, 99.9, 250.0):
+                clock.t = 1000.0 + t
+                r = src.read(slow=t == 0.0)
+                # The PIDs are real and differ between runs; everything else is simulated.
+                out.append((r.gpus, tuple((p.gpu, p.kinds, p.used_memory, p.sm_util, p.mem_util,
+                                           p.pid == src.ghost_pid) for p in r.processes), r.errors))
+            return out
+        finally:
+            src.close()
+
+    first = run(7)
+    assert run(7) == first
+    assert run(8) != first
+
+
+def test_utilization_is_high_with_stalls_and_eval_dips(sim: tuple[DemoSource, FakeClock]) -> None:
+    src, clock = sim
+    step = 0.25
+    samples = [(t, r) for t, r in _timeline(src, clock, 0.0, 320.0, step) if t >= 20.0]  # past warm-up
+    dips: list[float] = []
+    for gpu in range(4):
+        util = [r.gpus[gpu].util_gpu for _, r in samples]
+        assert all(0 <= u <= 100 for u in util)
+        assert sum(u > 85 for u in util) / len(util) > 0.6, gpu  # ~95 % most of the time
+        assert any(u < 50 for u in util), gpu
+        run = 0
+        for u in [*util, 100]:
+            if u < 50:
+                run += 1
+            elif run:
+                dips.append(run * step)
+                run = 0
+    assert min(dips) <= 4.0  # short data-loader stalls (2-3.5 s) ...
+    assert max(dips) >= 6.0  # ... and longer evaluation dips (6-10 s)
+    assert max(dips) <= 12.0
+
+
+def test_memory_ramps_up_during_warm_up(sim: tuple[DemoSource, FakeClock]) -> None:
+    src, clock = sim
+    mem = {t: r.gpus for t, r in _timeline(src, clock, 0.0, 40.0, 1.0)}
+    for gpu in range(4):
+        assert mem[1.0][gpu].mem_used < mem[3.0][gpu].mem_used < mem[5.0][gpu].mem_used
+        assert mem[1.0][gpu].mem_used < mem[30.0][gpu].mem_used / 2
+        for g in mem.values():
+            assert 0 < g[gpu].mem_used <= g[gpu].mem_total
+
+
+def test_gpu_3_is_power_capped_when_busy(sim: tuple[DemoSource, FakeClock]) -> None:
+    src, clock = sim
+    busy = [r.gpus[3] for t, r in _timeline(src, clock, 20.0, 200.0, 0.5) if r.gpus[3].util_gpu > 85]
+    assert busy
+    for g in busy:
+        assert g.throttle_reasons is not None and "sw_power_cap" in g.throttle_reasons
+        assert g.power_limit == 500.0 and g.power <= g.power_limit
+        assert g.sm_clock < g.sm_clock_max
+
+
+def test_unaccounted_memory_and_an_invisible_process(cleanup: list[object]) -> None:
+    clock = FakeClock()
+    src = DemoSource(gpus=4, clock=clock, start_at=120.0)
+    sampler = Sampler(src, clock=clock)
+    cleanup.append(src)
+    sampler.open()
+    snap = sampler.tick()
+    assert snap.unaccounted_memory[0] == GIB + GIB // 2  # held by the orphan, listed nowhere
+    assert all(snap.unaccounted_memory[i] == 0 for i in (1, 2, 3))
+
+    last = snap.processes_on(3)
+    ghost = [p for p in last if p.pid == src.ghost_pid]
+    assert len(ghost) == 1 and ghost[0].visible is False and ghost[0].used_memory == GIB
+    assert ghost[0].user is None and ghost[0].command is None
+    for gpu in range(4):
+        trainers = [p for p in snap.processes_on(gpu) if p.pid == src.trainers[gpu].pid]
+        assert len(trainers) == 1 and trainers[0].visible
+    assert not any(p.pid == src.ghost_pid for i in range(3) for p in snap.processes_on(i))
+    sampler.close()
+
+
+def test_a_single_gpu_demo_has_no_ghost(cleanup: list[object]) -> None:
+    src = DemoSource(gpus=1, clock=FakeClock())
+    cleanup.append(src)
+    src.open()
+    r = src.read(slow=True)
+    assert len(r.gpus) == 1
+    assert [p.pid for p in r.processes] == [src.trainers[0].pid]

@@ -1,0 +1,272 @@
+"""ProcessJoiner against real processes: sleeping Python children of the test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator
+
+import psutil
+import pytest
+
+import gputui.collect.procs as procs_module
+from gputui.collect.procs import ProcessJoiner
+from gputui.model import GpuProcess, ProcessRow
+
+SLEEPER = "import time; time.sleep(120)"
+# Process identity is (PID, creation time), and creation times tick in 1/100 s on Linux: two processes
+# that got the same PID within one tick cannot be told apart by anyone. Ours are further apart.
+CREATE_TIME_TICK = 0.05
+HOST_FIELDS = ("user", "name", "command", "cpu_percent", "rss", "create_time", "state", "ppid")
+
+
+def _wait(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    children: list[subprocess.Popen[bytes]] = []
+
+    def start(*marker: str) -> subprocess.Popen[bytes]:
+        # The markers only make the command line recognisable; the child sleeps until killed.
+        argv = [sys.executable, "-c", SLEEPER, *marker]
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        children.append(p)
+        assert _wait(lambda: psutil.Process(p.pid).cmdline() == argv), "the child did not start"
+        return p
+
+    yield start
+    for p in children:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=10)
+
+
+def _free_pid() -> int:
+    pid = 4_000_000
+    while psutil.pid_exists(pid):
+        pid -= 1
+    return pid
+
+
+def _rows(joiner: ProcessJoiner, procs: list[GpuProcess]) -> tuple[ProcessRow, ...]:
+    rows, _relatives = joiner.join(procs)
+    return rows
+
+
+def _gp(pid: int, gpu: int = 0, used: int | None = 1 << 30) -> GpuProcess:
+    return GpuProcess(gpu=gpu, pid=pid, kinds="C", used_memory=used, sm_util=50, mem_util=20)
+
+
+def test_host_fields_of_a_real_child(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    child = spawn("gputui-test-marker")
+    ps = psutil.Process(child.pid)
+    (row,) = _rows(ProcessJoiner(), [_gp(child.pid)])
+    assert row.visible is True
+    assert (row.gpu, row.pid, row.kinds, row.used_memory, row.sm_util, row.mem_util) == (
+        0, child.pid, "C", 1 << 30, 50, 20)
+    assert row.user == psutil.Process().username()
+    assert row.name == ps.name()
+    assert row.command == " ".join([sys.executable, "-c", SLEEPER, "gputui-test-marker"])
+    assert row.rss is not None and 0 < row.rss < 1 << 30
+    assert row.create_time == ps.create_time()
+    assert abs(row.create_time - time.time()) < 60
+    assert row.state in (psutil.STATUS_SLEEPING, psutil.STATUS_RUNNING)
+    assert row.ppid == os.getpid()
+
+
+def test_cpu_percent_needs_a_second_sighting(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    child = spawn()
+    joiner = ProcessJoiner()
+    (first,) = _rows(joiner, [_gp(child.pid)])
+    assert first.visible and first.cpu_percent is None  # unknown, not 0 %
+    time.sleep(0.05)
+    (second,) = _rows(joiner, [_gp(child.pid)])
+    assert isinstance(second.cpu_percent, float) and second.cpu_percent >= 0.0
+    (third,) = _rows(joiner, [_gp(child.pid)])
+    assert isinstance(third.cpu_percent, float)
+    # Off every GPU for a tick: forgotten, so the next sighting is a first one again.
+    assert _rows(joiner, []) == ()
+    (again,) = _rows(joiner, [_gp(child.pid)])
+    assert again.visible and again.cpu_percent is None
+
+
+def test_a_pid_that_does_not_exist() -> None:
+    pid = _free_pid()
+    (row,) = _rows(ProcessJoiner(), [_gp(pid)])
+    assert row.visible is False
+    assert row.pid == pid and row.used_memory == 1 << 30
+    assert all(getattr(row, f) is None for f in HOST_FIELDS)
+
+
+@pytest.mark.parametrize("pid", [0, -1])
+def test_pids_no_process_can_have(pid: int) -> None:
+    (row,) = _rows(ProcessJoiner(), [_gp(pid)])
+    assert row.visible is False
+
+
+@pytest.mark.parametrize("seen_before", [False, True], ids=["unknown", "known"])
+def test_process_exits_between_gpu_list_and_lookup(spawn: Callable[..., subprocess.Popen[bytes]],
+                                                   seen_before: bool) -> None:
+    child = spawn()
+    joiner = ProcessJoiner()
+    listed = [_gp(child.pid)]  # what the GPU source listed ...
+    if seen_before:
+        assert _rows(joiner, listed)[0].visible
+    child.kill()  # ... and the process ends before the join
+    child.wait(timeout=10)
+    (row,) = _rows(joiner, listed)
+    assert row.visible is False
+    assert all(getattr(row, f) is None for f in HOST_FIELDS)
+    assert row.used_memory == 1 << 30  # what the GPU said is kept
+
+
+def test_a_zombie_is_still_visible(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    child = spawn()
+    joiner = ProcessJoiner()
+    _rows(joiner, [_gp(child.pid)])
+    child.kill()  # not waited for: a zombie until the fixture reaps it
+    assert _wait(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE)
+    for j in (joiner, ProcessJoiner()):  # known from before, and seen for the first time
+        (row,) = _rows(j, [_gp(child.pid)])
+        assert row.visible is True
+        assert row.state == psutil.STATUS_ZOMBIE
+        assert row.ppid == os.getpid()
+
+
+
+
+def test_a_reused_pid_is_a_new_process_simulated(spawn: Callable[..., subprocess.Popen[bytes]],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML keeps reporting pid P; meanwhile the process we knew as P ended and P went to another one.
+
+    Simulated: once the first process has ended, `psutil.Process(P)` (as the joiner calls it) returns a
+    second real process. The joiner must describe that one at once, not the first from its cache, and
+    must not compute a %CPU across the two.
+    """
+    old = spawn("old-job")
+    time.sleep(CREATE_TIME_TICK)
+    new = spawn("new-job")
+    pid = old.pid
+    real_process = psutil.Process
+    target = {pid: pid}
+    shim = types.SimpleNamespace(**{k: getattr(psutil, k) for k in dir(psutil) if not k.startswith("__")})
+    shim.Process = lambda p: real_process(target.get(p, p))
+    monkeypatch.setattr(procs_module, "psutil", shim)
+
+    joiner = ProcessJoiner()
+    _rows(joiner, [_gp(pid)])
+    (before,) = _rows(joiner, [_gp(pid)])
+    assert before.command is not None and before.command.endswith("old-job")
+    assert before.cpu_percent is not None
+
+    old.kill()
+    old.wait(timeout=10)
+    target[pid] = new.pid  # P now names another process, created later
+    (after,) = _rows(joiner, [_gp(pid)])
+    assert after.visible is True
+    assert after.command is not None and after.command.endswith("new-job")
+    assert after.create_time == psutil.Process(new.pid).create_time() != before.create_time
+    assert after.cpu_percent is None  # a first sighting of the new process
+
+
+def _spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None:
+    """Start `argv` as PID `pid` (free by now) through /proc/sys/kernel/ns_last_pid; None if not allowed."""
+    for _ in range(50):  # another process may take the PID between the write and our fork: retry
+        try:
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(pid - 1))
+        except OSError:
+            return None
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        if p.pid == pid:
+            return p
+        p.kill()
+        p.wait(timeout=10)
+    return None
+
+
+def test_a_really_reused_pid_is_a_new_process(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    """A genuine PID reuse (needs CAP_SYS_ADMIN over the PID namespace: root in a container)."""
+    old = spawn("old-job")
+    pid = old.pid
+    joiner = ProcessJoiner()
+    _rows(joiner, [_gp(pid)])
+    (before,) = _rows(joiner, [_gp(pid)])
+    assert before.command is not None and before.command.endswith("old-job")
+    old.kill()
+    old.wait(timeout=10)
+    time.sleep(CREATE_TIME_TICK)
+
+    argv = [sys.executable, "-c", SLEEPER, "new-job"]
+    new = _spawn_with_pid(pid, argv)
+    if new is None:
+        pytest.skip("cannot choose the next PID here (/proc/sys/kernel/ns_last_pid)")
+    try:
+        assert _wait(lambda: psutil.Process(pid).cmdline() == argv)
+        (after,) = _rows(joiner, [_gp(pid)])
+        assert after.visible is True
+        assert after.command == " ".join(argv)
+        assert after.create_time == psutil.Process(pid).create_time() != before.create_time
+        assert after.cpu_percent is None
+    finally:
+        new.kill()
+        new.wait(timeout=10)
+
+
+def test_after_a_reused_pid_the_new_process_is_described(spawn: Callable[..., subprocess.Popen[bytes]]
+                                                         ) -> None:
+    """Whatever the tick right after the reuse shows, the joiner never mixes the two processes."""
+    old = spawn("old-job")
+    pid = old.pid
+    joiner = ProcessJoiner()
+    _rows(joiner, [_gp(pid)])
+    (before,) = _rows(joiner, [_gp(pid)])
+    old.kill()
+    old.wait(timeout=10)
+    time.sleep(CREATE_TIME_TICK)
+    argv = [sys.executable, "-c", SLEEPER, "new-job"]
+    new = _spawn_with_pid(pid, argv)
+    if new is None:
+        pytest.skip("cannot choose the next PID here (/proc/sys/kernel/ns_last_pid)")
+    try:
+        assert _wait(lambda: psutil.Process(pid).cmdline() == argv)
+        rows = [_rows(joiner, [_gp(pid)])[0] for _ in range(3)]
+        for row in rows:
+            if row.visible:  # the new process, all of it: never the old command with new numbers
+                assert row.command == " ".join(argv)
+                assert row.create_time == psutil.Process(pid).create_time() != before.create_time
+                assert row.cpu_percent is None or row.cpu_percent >= 0.0
+        assert rows[-1].visible and rows[-1].cpu_percent is not None
+    finally:
+        new.kill()
+        new.wait(timeout=10)
+
+
+def test_same_pid_on_two_gpus(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    child = spawn()
+    joiner = ProcessJoiner()
+    for _ in range(2):  # first sighting, then one with %CPU
+        rows = _rows(joiner, [_gp(child.pid, gpu=0, used=1 << 30), _gp(child.pid, gpu=1, used=2 << 30)])
+        assert [(r.gpu, r.pid, r.used_memory) for r in rows] == [(0, child.pid, 1 << 30),
+                                                                  (1, child.pid, 2 << 30)]
+        assert all(r.visible for r in rows)
+        assert [getattr(rows[0], f) for f in HOST_FIELDS] == [getattr(rows[1], f) for f in HOST_FIELDS]
+    assert rows[0].cpu_percent is not None
+
+
+def test_mixed_list_keeps_order_and_hides_nothing(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    a, b = spawn(), spawn()
+    missing = _free_pid()
+    rows = _rows(ProcessJoiner(), [_gp(a.pid, gpu=1), _gp(missing, gpu=0), _gp(b.pid, gpu=0)])
+    assert [(r.gpu, r.pid, r.visible) for r in rows] == [(1, a.pid, True), (0, missing, False),
+                                                         (0, b.pid, True)]

@@ -1,0 +1,268 @@
+"""The command line, run as `python -m gputui` in a subprocess (no dependence on PATH)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+from importlib.metadata import version as dist_version
+from pathlib import Path
+
+import psutil
+import pytest
+from jsonschema import Draft202012Validator
+
+import gputui
+from gputui.collect.demo import DemoSource
+from gputui.collect.sampler import Sampler
+from gputui.jsonout import dumps, schema, snapshot_from_dict, snapshot_to_dict
+from gputui.oneshot import render
+
+TIMEOUT = 60
+
+
+def gputui_run(*args: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT
+               ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gputui", *args], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stdout
+
+
+# -- --json --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_json() -> tuple[subprocess.CompletedProcess[str], int]:
+    proc = subprocess.Popen([sys.executable, "-m", "gputui", "--demo", "--json"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), proc.pid
+
+
+def test_demo_json_validates_against_the_schema(demo_json: tuple[subprocess.CompletedProcess[str], int]
+                                                ) -> None:
+    result, _ = demo_json
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    data = json.loads(result.stdout)
+    Draft202012Validator.check_schema(schema())
+    errors = sorted(Draft202012Validator(schema()).iter_errors(data), key=str)
+    assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors]
+    assert data["schema_version"] == 1 and data["source"] == "demo"
+
+
+def test_demo_json_has_every_gpu_and_the_trainers(demo_json: tuple[subprocess.CompletedProcess[str], int]
+                                                  ) -> None:
+    result, gputui_pid = demo_json
+    data = json.loads(result.stdout)
+    assert [g["index"] for g in data["gpus"]] == [0, 1, 2, 3]
+    assert all(g["name"] == "NVIDIA H100 80GB HBM3" for g in data["gpus"])
+    trainers = [p for p in data["processes"] if p["command"] and "--role trainer" in p["command"]]
+    assert sorted(p["gpu"] for p in trainers) == [0, 1, 2, 3]
+    for p in trainers:
+        assert p["visible"] is True
+        assert p["ppid"] == gputui_pid  # children of that gputui
+        assert f"--gpu {p['gpu']}" in p["command"]
+        assert p["user"] and p["rss"] and p["create_time"]
+        assert p["cpu_percent"] is not None  # --json takes two ticks
+    assert len({p["pid"] for p in trainers}) == 4
+    invisible = [p for p in data["processes"] if not p["visible"]]
+    assert [p["gpu"] for p in invisible] == [3]
+    assert data["unaccounted_memory"]["0"] == (1 << 30) + (1 << 29)
+    # Gone after gputui exited (a PID now in use must belong to a later process).
+    for p in trainers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert abs(psutil.Process(p["pid"]).create_time() - p["create_time"]) > 0.01
+
+
+def test_snapshot_round_trips_exactly() -> None:
+    with Sampler(DemoSource(gpus=4, start_at=120.0)) as sampler:
+        sampler.tick()
+        snap = sampler.tick()
+    as_dict = snapshot_to_dict(snap)
+    assert snapshot_from_dict(as_dict) == snap
+    assert snapshot_from_dict(json.loads(dumps(snap))) == snap
+    assert not list(Draft202012Validator(schema()).iter_errors(json.loads(dumps(snap, indent=2))))
+
+
+def test_snapshot_from_dict_refuses_other_records() -> None:
+    with pytest.raises(ValueError, match="schema_version"):
+        snapshot_from_dict({"schema_version": 2})
+    with pytest.raises(ValueError):
+        snapshot_from_dict({"schema_version": 1})
+
+
+# -- --once --------------------------------------------------------------------------------------------
+
+
+def test_demo_once_shows_gpus_processes_and_unaccounted_memory() -> None:
+    result = gputui_run("--demo", "--once")
+    assert result.returncode == 0, result.stderr
+    _no_traceback(result)
+    lines = result.stdout.splitlines()
+    assert "DEMO" in lines[0] and lines[0].startswith(f"gputui {gputui.__version__}")
+    gpu_at = [next(n for n, line in enumerate(lines) if re.match(rf"{i}\s+NVIDIA H100", line))
+              for i in range(4)]
+    assert gpu_at == sorted(gpu_at)
+    sections = [lines[a:b] for a, b in zip(gpu_at, [*gpu_at[1:], len(lines)], strict=True)]
+    pids = []
+    for gpu, section in enumerate(sections):
+        procs = [m for line in section if (m := re.match(r" {4} *(\d+) ", line))]
+        pids += [int(m.group(1)) for m in procs]
+        trainer = [line for line in section if f"--role trainer --gpu {gpu}" in line]
+        assert len(trainer) == 1, section
+    assert len(pids) == len(set(pids)) == 5  # a trainer per GPU, and the ghost on the last
+    assert any("not visible here" in line for line in sections[3])
+    unaccounted = [line for line in lines if "unaccounted" in line]
+    assert len(unaccounted) == 1 and unaccounted[0] in sections[0]
+    assert "1.5" in unaccounted[0]
+
+
+def test_render_shows_every_pid_of_a_snapshot() -> None:
+    with Sampler(DemoSource(gpus=3, start_at=120.0)) as sampler:
+        snap = sampler.tick()
+    text = render(snap)
+    for p in snap.processes:
+        assert re.search(rf"^ +{p.pid} ", text, re.M), p.pid
+    assert "DEMO" in text.splitlines()[0]
+    narrow = [line for line in render(snap, 40).splitlines() if re.match(r" +\d+ ", line)]
+    assert len(narrow) == len(snap.processes) and all(len(line) <= 40 for line in narrow)
+
+
+# -- no driver -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def no_nvml() -> None:
+    probe = subprocess.run([sys.executable, "-c", "import pynvml; pynvml.nvmlInit()"],
+                           capture_output=True, timeout=TIMEOUT)
+    if probe.returncode == 0:
+        pytest.skip("NVML works on this machine")
+
+
+@pytest.mark.parametrize("args", [["--once"], ["--json"], []], ids=["once", "json", "live"])
+def test_without_a_driver_one_line_and_exit_2(no_nvml: None, args: list[str]) -> None:
+    result = gputui_run(*args, timeout=30)
+    assert result.returncode == 2
+    _no_traceback(result)
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    line = lines[0]
+    assert line.startswith("gputui: ")
+    assert "libnvidia-ml" in line or "NVIDIA driver" in line
+    assert "--demo" in line and "gputui doctor" in line
+
+
+# -- bad flags -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ["--interval", "0"],
+    ["--interval", "abc"],
+    ["--interval", "-1"],
+    ["--interval", "nan"],
+    ["--interval", "1e999"],
+    ["--demo", "--demo-gpus", "17"],
+    ["--demo", "--demo-gpus", "0"],
+    ["--demo", "--demo-gpus", "two"],
+    ["--seed", "x"],
+    ["--devices-dir", "/nonexistent"],
+    ["--once", "--json"],
+    ["--demo", "--once", "--json"],
+    ["--no-such-flag"],
+    ["stray"],
+])
+def test_bad_flags_one_line_and_exit_2(args: list[str]) -> None:
+    result = gputui_run(*args)
+    assert result.returncode == 2
+    _no_traceback(result)
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("gputui: error: ")
+
+
+def test_version() -> None:
+    result = gputui_run("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"gputui {gputui.__version__}"
+    assert gputui.__version__ == dist_version("gputui")
+
+
+def test_help() -> None:
+    result = gputui_run("--help")
+    assert result.returncode == 0
+    for flag in ("--demo", "--demo-gpus", "--interval", "--once", "--json", "--devices-dir", "--seed"):
+        assert flag in result.stdout
+
+
+# -- stdout closed early -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["--demo", "--once"], ["--demo", "--json"]], ids=["once", "json"])
+@pytest.mark.parametrize("buffered", [
+    False,
+    True,
+], ids=["unbuffered", "buffered"])
+def test_reader_gone_before_the_output(args: list[str], buffered: bool, tmp_path: Path) -> None:
+    """`gputui --once | head`: the reader may be gone before gputui writes. A quiet exit 0."""
+    env = dict(os.environ)
+    env.pop("PYTHONUNBUFFERED", None)
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    with open(tmp_path / "stderr", "w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "gputui", *args], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=err, env=env)
+        assert proc.stdout is not None
+        proc.stdout.close()  # before gputui has written anything: it needs two ticks first
+        try:
+            returncode = proc.wait(timeout=TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        err.seek(0)
+        stderr = err.read()
+    assert "Traceback" not in stderr
+    assert "Exception ignored" not in stderr, stderr
+    assert returncode == 0
+
+
+# -- the import wall -----------------------------------------------------------------------------------
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=TIMEOUT)
+
+
+def test_headless_modules_do_not_import_textual() -> None:
+    result = _python(
+        "import gputui.collect.sampler, gputui.collect.demo, gputui.collect.nvml, gputui.collect.procs\n"
+        "import gputui.cli, gputui.oneshot, gputui.jsonout, gputui.model, sys\n"
+        "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))\n")
+    assert result.returncode == 0, result.stderr
+
+
+def test_demo_json_does_not_import_textual() -> None:
+    result = _python(
+        "import sys\n"
+        "from gputui.cli import main\n"
+        "rc = main(['--demo', '--json'])\n"
+        "assert rc == 0, rc\n"
+        "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))\n")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["source"] == "demo"
