@@ -10,13 +10,14 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from rich.style import Style
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.events import Key, Resize
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
 from gputui.collect.history import History
@@ -77,7 +78,6 @@ class GpuTuiApp(App[int]):
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("t", "tree", "Tree"),
         Binding("g", "choose_gpu", "GPU"),
-        Binding("enter", "detail", "Detail", show=False),
         Binding("p", "pause", "Pause"),
         Binding("plus", "faster", "Faster", key_display="+", show=False),
         Binding("minus", "slower", "Slower", key_display="-", show=False),
@@ -111,6 +111,7 @@ class GpuTuiApp(App[int]):
         self.error: str | None = None  # why the app gave up, for the command line to print
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._row_styles: dict[str, Style] = {}
         self.theme = DEFAULT_THEME
 
     # -- layout ------------------------------------------------------------------------------------
@@ -154,6 +155,8 @@ class GpuTuiApp(App[int]):
             canvas.palette = palette
             canvas.redraw()
         self._row_styles = {"dim": palette.dim, "error": palette.error, "warning": palette.warning}
+        table = self.query_one(ProcessTable)
+        table.header_style, table.cursor_style = palette.header, palette.cursor
         self._refresh_table()
 
     def on_resize(self, event: Resize) -> None:
@@ -210,9 +213,14 @@ class GpuTuiApp(App[int]):
         self.frames += 1
 
     def _refresh_table(self) -> None:
+        table = self.query_one(ProcessTable)
+        table.sort_column, table.sort_reverse = self.view.sort, self.view.reverse
+        if self.view.filter or self.view.gpu is not None:
+            table.empty_note = "no process matches the filter / GPU choice"
+        else:
+            table.empty_note = "no GPU processes"
         if self.snapshot is not None:
-            rows = build_rows(self.snapshot, self.view, getattr(self, "_row_styles", None))
-            self.query_one(ProcessTable).apply(rows)
+            table.apply(build_rows(self.snapshot, self.view, self._row_styles))
 
     def _set_view(self, **changes: object) -> None:
         self.view = replace(self.view, **changes)  # type: ignore[arg-type]
@@ -242,9 +250,9 @@ class GpuTuiApp(App[int]):
     def action_sort_reverse(self) -> None:
         self._set_view(reverse=not self.view.reverse)
 
-    @on(DataTable.HeaderSelected)
-    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
-        key = event.column_key.value
+    @on(ProcessTable.HeaderClicked)
+    def _header_clicked(self, event: ProcessTable.HeaderClicked) -> None:
+        key = event.column
         if key in COLUMN_KEYS:
             if key == self.view.sort:
                 self._set_view(reverse=not self.view.reverse)
@@ -289,9 +297,9 @@ class GpuTuiApp(App[int]):
         if row is not None:
             self.push_screen(DetailScreen(row, self.devices_dir))
 
-    @on(DataTable.RowSelected)
-    def _row_selected(self, event: DataTable.RowSelected) -> None:
-        self.action_detail()
+    @on(ProcessTable.RowChosen)
+    def _row_chosen(self, event: ProcessTable.RowChosen) -> None:
+        self.push_screen(DetailScreen(event.row, self.devices_dir))
 
     def action_pause(self) -> None:
         self.paused = not self.paused

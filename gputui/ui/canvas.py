@@ -7,6 +7,9 @@ that changes three digits sends three digits.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from itertools import repeat
+
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region
@@ -14,6 +17,11 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 Cell = tuple[str, Style]
+
+
+@lru_cache(maxsize=1024)
+def _combine(base: Style, style: Style | None) -> Style:
+    return base + style
 _PLAIN = Style()
 _GAP = 6  # unchanged cells that split one dirty span into two
 
@@ -27,7 +35,9 @@ class Line:
         self.cells: list[Cell] = []
 
     def add(self, text: str, style: Style = _PLAIN) -> Line:
-        self.cells.extend((ch if ch.isprintable() else "?", style) for ch in text)
+        if not text.isprintable():  # a control character would move the terminal's cursor
+            text = "".join(ch if ch.isprintable() else "?" for ch in text)
+        self.cells.extend(zip(text, repeat(style)))
         return self
 
     def pad_to(self, width: int, style: Style = _PLAIN) -> Line:
@@ -97,15 +107,16 @@ class CellCanvas(Widget):
         if y >= len(self._lines) or width != self._width:
             return Strip.blank(width, self.rich_style)
         base = self.rich_style
+        combine = _combine
         segments: list[Segment] = []
         run_text: list[str] = []
         run_style: Style | None = None
         for ch, style in self._lines[y]:
             if style is not run_style and style != run_style:
                 if run_text:
-                    segments.append(Segment("".join(run_text), base + run_style))
+                    segments.append(Segment("".join(run_text), combine(base, run_style)))
                 run_text, run_style = [], style
             run_text.append(ch)
         if run_text:
-            segments.append(Segment("".join(run_text), base + run_style))
+            segments.append(Segment("".join(run_text), combine(base, run_style)))
         return Strip(segments, width)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from rich.style import Style
 
 from gputui.collect.history import History
 from gputui.model import GpuSample, Snapshot
-from gputui.ui.canvas import CellCanvas, Line
+from gputui.ui.canvas import Cell, CellCanvas, Line
 from gputui.ui.palette import Palette
 from gputui.ui.spark import BucketSeries, SparkView, bucket_seconds, draw
 from gputui.units import NA
@@ -24,6 +27,16 @@ class _Track:
     util: BucketSeries
     mem: BucketSeries
     view: SparkView = field(default_factory=SparkView)
+    _drawn: dict[str, tuple[tuple[object, ...], list[Cell]]] = field(default_factory=dict)
+
+    def cells(self, name: str, series: BucketSeries, start: int, width: int,
+              style_for: Callable[[float | None], Style]) -> list[Cell]:
+        """The sparkline's cells, redrawn only when its newest bucket, view or style changed."""
+        key = (series.buckets[-1] if series.buckets else None, len(series.buckets), start, width, style_for)
+        drawn = self._drawn.get(name)
+        if drawn is None or drawn[0] != key:
+            drawn = self._drawn[name] = (key, draw(Line(), series, start, width, style_for).cells)
+        return drawn[1]
 
 
 def short_name(name: str | None) -> str:
@@ -134,7 +147,7 @@ class GpuPanes(CellCanvas):
             line = Line().add(f"    {label:<4}", p.dim)
             if series is not None and track is not None:
                 start = track.view.place(series.latest, spark_w)
-                draw(line, series, start, spark_w, style_for)
+                line.cells.extend(track.cells(label, series, start, spark_w, style_for))
             else:
                 line.add(" " * spark_w)
             lines.append(line)
@@ -163,7 +176,8 @@ class GpuPanes(CellCanvas):
         spark_w = self._spark_width(width)
         style_for = p.util_style(self._busy(g))
         if track is not None:
-            draw(line, track.util, track.view.place(track.util.latest, spark_w), spark_w, style_for)
+            start = track.view.place(track.util.latest, spark_w)
+            line.cells.extend(track.cells("util", track.util, start, spark_w, style_for))
         line.add(" ").add(_pct(g.util_gpu), style_for(g.util_gpu))
         line.add(" ").add(_mem(g, short=True), p.mem_style(g.mem_percent))
         line.add(" ").add(_num(g.temperature, "°C", 3), p.temp_style(g.temperature))

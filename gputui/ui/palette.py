@@ -20,6 +20,8 @@ class Palette:
     warning: Style
     error: Style
     accent: Style
+    header: Style
+    cursor: Style
 
     @classmethod
     def from_theme(cls, theme: Theme) -> Palette:
@@ -32,24 +34,26 @@ class Palette:
             warning=Style(color=theme.warning or "yellow"),
             error=Style(color=theme.error or "red", bold=True),
             accent=Style(color=theme.primary),
+            header=Style(color=theme.accent or theme.primary, bold=True),
+            cursor=Style(color=theme.foreground or "white", bgcolor=theme.primary, bold=True),
         )
 
     @classmethod
     def default(cls) -> Palette:
         return cls(Style(), Style(dim=True), Style(bold=True), Style(color="green"), Style(color="yellow"),
-                   Style(color="red", bold=True), Style(color="blue"))
+                   Style(color="red", bold=True), Style(color="blue"), Style(bold=True), Style(reverse=True))
 
     def util_style(self, busy: bool) -> Callable[[float | None], Style]:
         """High utilization is good; low is a warning only while a process is on the GPU."""
+        return self._util_busy if busy else self._util_idle
 
-        def style(v: float | None) -> Style:
-            if v is None:
-                return self.dim
-            if not busy:
-                return self.dim if v < 5 else self.plain
-            return self.good if v >= 70 else self.warning if v >= 30 else self.error
+    def _util_busy(self, v: float | None) -> Style:
+        if v is None:
+            return self.dim
+        return self.good if v >= 70 else self.warning if v >= 30 else self.error
 
-        return style
+    def _util_idle(self, v: float | None) -> Style:
+        return self.dim if v is None or v < 5 else self.plain
 
     def mem_style(self, v: float | None) -> Style:
         if v is None:
