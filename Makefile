@@ -29,5 +29,8 @@ lint: setup
 bench: setup
 	$(BIN)/python bench/run.py
 
+screenshots: setup
+	$(BIN)/python screenshots/generate.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

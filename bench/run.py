@@ -57,6 +57,15 @@ def _tree_cpu(proc: psutil.Process) -> float:
     return total
 
 
+def _peak_rss_kib(pid: int) -> int | None:
+    """gputui's own peak resident set (VmHWM); None if it already exited."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("VmHWM")), None)
+    except OSError:
+        return None
+
+
 def bench_tui(gpus: int = 8, warmup: float = 5.0, measure: float = 30.0, cols: int = 120,
               rows: int = 40) -> dict[str, float | int | None]:
     master, slave = os.openpty()
@@ -64,12 +73,12 @@ def bench_tui(gpus: int = 8, warmup: float = 5.0, measure: float = 30.0, cols: i
     env = {k: v for k, v in os.environ.items() if k != "COLORTERM"}
     env["TERM"] = "xterm-256color"
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "gputui", "--demo", "--demo-gpus", str(gpus), "--interval", "1"],
-                            stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    cmd = [sys.executable, "-m", "gputui", "--demo", "--demo-gpus", str(gpus), "--interval", "1"]
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)
     ps = psutil.Process(proc.pid)
     seen = b""
-    first_frame = None
+    first_frame = first_output = None
     written = 0
     cpu0 = None
     t_measure = None
@@ -88,6 +97,8 @@ def bench_tui(gpus: int = 8, warmup: float = 5.0, measure: float = 30.0, cols: i
             except OSError:
                 break
             written += len(chunk)
+            if first_output is None:
+                first_output = time.monotonic() - start
             if first_frame is None:
                 seen += chunk
                 # The full frame: the last GPU's pane and the table's rows are on screen.
@@ -95,15 +106,15 @@ def bench_tui(gpus: int = 8, warmup: float = 5.0, measure: float = 30.0, cols: i
                     first_frame = time.monotonic() - start
         elapsed = time.monotonic() - t_measure if t_measure else 0.0
         cpu = (_tree_cpu(ps) - cpu0) / elapsed * 100 if cpu0 is not None and elapsed else None
-        with open(f"/proc/{proc.pid}/status") as f:
-            hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+        hwm = _peak_rss_kib(proc.pid)
         result = {
             "gpus": gpus,
             "size": f"{cols}x{rows}",
             "seconds": round(elapsed, 1),
             "bytes_per_s": round(written / elapsed) if elapsed else None,
             "cpu_percent_of_core": round(cpu, 2) if cpu is not None else None,
-            "peak_rss_mib": round(hwm / 1024, 1),
+            "peak_rss_mib": round(hwm / 1024, 1) if hwm is not None else None,
+            "first_output_s": round(first_output, 3) if first_output is not None else None,
             "first_full_frame_s": round(first_frame, 3) if first_frame is not None else None,
         }
     finally:

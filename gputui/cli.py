@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from gputui import __version__
 from gputui.collect.source import GpuSource, SourceUnavailable
+
+if TYPE_CHECKING:
+    from gputui.collect.sampler import Sampler
 
 EXIT_NO_SOURCE = 2
 NO_DRIVER_HINT = "run `gputui --demo` for simulated GPUs, or `gputui doctor` to find out why"
@@ -119,12 +124,20 @@ def _oneshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open_quietly(sampler: Sampler) -> None:
+    with contextlib.suppress(SourceUnavailable):  # the app's own open() reports it
+        sampler.open()
+
+
 def _tui(args: argparse.Namespace) -> int:
     from gputui.collect.sampler import Sampler
 
     sampler = Sampler(make_source(args))
     try:
-        if not args.demo:
+        if args.demo:
+            # Start the demo's processes while Textual is imported: the first frame comes sooner.
+            threading.Thread(target=_open_quietly, args=(sampler,), daemon=True).start()
+        else:
             sampler.open()  # fail with one clear line before the screen switches
         from gputui.ui.app import GpuTuiApp
 

@@ -6,7 +6,7 @@ import time
 
 from gputui import __version__
 from gputui.model import GpuSample, ProcessRow, Snapshot
-from gputui.units import NA, fmt_bytes, fmt_num, fmt_pct
+from gputui.units import NA, fmt_bytes, fmt_num, fmt_pct, printable
 
 _NOTABLE_REASONS = {"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake", "sync_boost"}
 
@@ -39,11 +39,11 @@ def gpu_line(g: GpuSample) -> str:
 
 
 def process_line(p: ProcessRow, width: int | None) -> str:
-    user = p.user or ("?" if p.visible else "-")
+    user = printable(p.user or ("?" if p.visible else "-"))
     cpu = fmt_pct(p.cpu_percent)
     command = p.command if p.visible else "(not visible here: another PID namespace, or gone)"
     line = (f"    {p.pid:>7} {user[:10]:<10} {p.kinds:<3} {fmt_bytes(p.used_memory):>10} "
-            f"{fmt_pct(p.sm_util):>4} {cpu:>5} {fmt_bytes(p.rss):>10}  {command or NA}")
+            f"{fmt_pct(p.sm_util):>4} {cpu:>5} {fmt_bytes(p.rss):>10}  {printable(command or NA)}")
     return line[:width] if width else line
 
 

@@ -5,6 +5,12 @@ from __future__ import annotations
 NA = "n/a"
 
 
+def printable(s: str) -> str:
+    """User data (command lines, names) with control characters replaced: an escape sequence from a
+    process's argv must never reach the terminal."""
+    return s if s.isprintable() else "".join(ch if ch.isprintable() else "?" for ch in s)
+
+
 def fmt_bytes(n: float | None, digits: int = 1) -> str:
     if n is None:
         return NA

@@ -213,12 +213,10 @@ def test_help() -> None:
 
 
 @pytest.mark.parametrize("args", [["--demo", "--once"], ["--demo", "--json"]], ids=["once", "json"])
-@pytest.mark.parametrize("buffered", [
-    False,
-    True,
-], ids=["unbuffered", "buffered"])
+@pytest.mark.parametrize("buffered", [False, True], ids=["unbuffered", "buffered"])
 def test_reader_gone_before_the_output(args: list[str], buffered: bool, tmp_path: Path) -> None:
-    """`gputui --once | head`: the reader may be gone before gputui writes. A quiet exit 0."""
+    """`gputui --once | head`: the reader may be gone before gputui writes. A quiet exit 0, whether stdout
+    is block-buffered (the usual case for a pipe) or not (PYTHONUNBUFFERED)."""
     env = dict(os.environ)
     env.pop("PYTHONUNBUFFERED", None)
     if not buffered:

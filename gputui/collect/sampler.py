@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
 
 from gputui.collect.history import History
 from gputui.collect.procs import ProcessJoiner
-from gputui.collect.source import GpuSource, SourceInfo
+from gputui.collect.source import GpuSource, SourceInfo, SourceUnavailable
 from gputui.model import Snapshot, unaccounted_memory
 
 
@@ -30,13 +31,22 @@ class Sampler:
         self.want_relatives = False  # the UI's tree view sets this: parents and children too
         self._joiner = ProcessJoiner()
         self._last_slow: float | None = None
+        self._lock = threading.Lock()  # open() may be started early on another thread
+        self._closed = False
 
     def open(self) -> SourceInfo:
-        self.info = self.source.open()
-        return self.info
+        """Open the source once; a second caller waits for the first and gets the same answer."""
+        with self._lock:
+            if self._closed:
+                raise SourceUnavailable("the sampler was closed")
+            if self.info is None:
+                self.info = self.source.open()
+            return self.info
 
     def close(self) -> None:
-        self.source.close()
+        with self._lock:
+            self._closed = True
+            self.source.close()
 
     def __enter__(self) -> Sampler:
         self.open()

@@ -21,6 +21,7 @@ from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
 from gputui.collect.history import History
+from gputui.collect.replay import ReplaySampler
 from gputui.collect.sampler import Sampler
 from gputui.collect.source import SourceUnavailable
 from gputui.model import Snapshot
@@ -95,14 +96,14 @@ class GpuTuiApp(App[int]):
         ("q", "quit"),
     ]
 
-    def __init__(self, sampler: Sampler, interval: float = 1.0, mouse: bool = True,
+    def __init__(self, sampler: Sampler | ReplaySampler, interval: float = 1.0, mouse: bool = True,
                  devices_dir: Path | None = None) -> None:
         super().__init__()
         partial_updates.install()
         self.sampler = sampler
         self.interval = interval
         self.mouse = mouse
-        self.devices_dir = devices_dir or sampler.source.devices_dir
+        self._devices_dir = devices_dir
         self.history = History(capacity=900)
         self.view = View()
         self.paused = False
@@ -113,6 +114,11 @@ class GpuTuiApp(App[int]):
         self._stop = threading.Event()
         self._row_styles: dict[str, Style] = {}
         self.theme = DEFAULT_THEME
+
+    @property
+    def devices_dir(self) -> Path:
+        """--devices-dir, else the source's own (the demo makes its stand-ins only when it opens)."""
+        return self._devices_dir or self.sampler.source.devices_dir
 
     # -- layout ------------------------------------------------------------------------------------
 

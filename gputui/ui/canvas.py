@@ -16,6 +16,8 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
+from gputui.units import printable
+
 Cell = tuple[str, Style]
 
 
@@ -35,8 +37,7 @@ class Line:
         self.cells: list[Cell] = []
 
     def add(self, text: str, style: Style = _PLAIN) -> Line:
-        if not text.isprintable():  # a control character would move the terminal's cursor
-            text = "".join(ch if ch.isprintable() else "?" for ch in text)
+        text = printable(text)  # a control character would move the terminal's cursor
         self.cells.extend(zip(text, repeat(style)))
         return self
 

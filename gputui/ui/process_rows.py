@@ -10,7 +10,7 @@ from rich.style import Style
 from rich.text import Text
 
 from gputui.model import HostProcess, ProcessRow, Snapshot
-from gputui.units import NA, fmt_bytes, fmt_duration
+from gputui.units import NA, fmt_bytes, fmt_duration, printable
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ def _gpu_attr(name: str) -> Callable[[ProcessRow | HostProcess], Any]:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("gpu", "GPU", 3, _gpu_attr("gpu")),
+    Column("gpu", "GPU", 4, _gpu_attr("gpu")),
     Column("pid", "PID", 8, lambda p: p.pid),
     Column("user", "USER", 10, lambda p: p.user or "", justify="left"),
     Column("kinds", "T", 3, _gpu_attr("kinds"), justify="left"),
@@ -167,7 +167,7 @@ def _row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict
         cell(fmt_bytes(p.rss), "rss"), cell(fmt_duration(run), "time"),
         cell(p.state or NA, "state", state_style),
         # Text, never markup: a command line may contain "[/]" or escape sequences.
-        Text(tree_prefix + _printable(command or NA), style=dim if invisible or not on_gpu else "",
+        Text(tree_prefix + printable(command or NA), style=dim if invisible or not on_gpu else "",
              no_wrap=True),
     )
     return TableRow(row_key(p), p.pid, p.create_time, p, cells)
@@ -176,6 +176,3 @@ def _row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict
 def _pct(v: int | None) -> str:
     return f"{v}%" if v is not None else NA
 
-
-def _printable(s: str) -> str:
-    return "".join(ch if ch.isprintable() else "?" for ch in s)

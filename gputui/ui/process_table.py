@@ -19,6 +19,9 @@ from gputui.ui.canvas import CellCanvas, Line
 from gputui.ui.process_rows import COLUMNS, TableRow
 
 _GAP = 1  # spaces between columns
+_MIN_COMMAND = 24
+# Dropped first when the terminal is too narrow for every column and a readable command line.
+_DROP_ORDER = ("bw", "time", "rss", "kinds", "state", "cpu", "user")
 
 
 @lru_cache(maxsize=256)
@@ -99,20 +102,28 @@ class ProcessTable(CellCanvas, can_focus=True):
             self.top = self.cursor - self._visible_rows + 1
         self.top = max(0, min(self.top, max(0, len(self.rows) - self._visible_rows)))
 
-    def _widths(self, width: int) -> list[int]:
-        fixed = [c.width for c in COLUMNS[:-1]]
-        rest = width - sum(fixed) - _GAP * len(fixed)
-        return [*fixed, max(8, rest)]
+    def _layout(self, width: int) -> list[tuple[int, int]]:
+        """(column index, width) of the columns that fit; the command line takes what is left."""
+        shown = list(range(len(COLUMNS) - 1))
+        drop = [i for key in _DROP_ORDER for i, c in enumerate(COLUMNS) if c.key == key]
+
+        def used() -> int:
+            return sum(COLUMNS[i].width + _GAP for i in shown)
+
+        while drop and width - used() < _MIN_COMMAND:
+            shown.remove(drop.pop(0))
+        return [(i, COLUMNS[i].width) for i in shown] + [(len(COLUMNS) - 1, max(8, width - used()))]
 
     # -- drawing -----------------------------------------------------------------------------------
 
     def build(self, width: int) -> list[Line]:
-        widths = self._widths(width)
+        layout = self._layout(width)
         header = Line()
-        for col, w in zip(COLUMNS, widths, strict=True):
+        for i, w in layout:
+            col = COLUMNS[i]
             label = col.label
             if col.key == self.sort_column:
-                label += "▲" if self.sort_reverse != col.descending else "▼"
+                label += "▼" if self.sort_reverse != col.descending else "▲"  # ▼: biggest first
             header.add(_fit(label, w, col.justify) + " " * _GAP, self.header_style)
         lines = [header]
         if not self.rows:
@@ -121,7 +132,9 @@ class ProcessTable(CellCanvas, can_focus=True):
         for i in range(self.top, min(len(self.rows), self.top + self._visible_rows)):
             on_cursor = i == self.cursor
             line = Line()
-            for col, w, cell in zip(COLUMNS, widths, self.rows[i].cells, strict=True):
+            cells = self.rows[i].cells
+            for c, w in layout:
+                cell, col = cells[c], COLUMNS[c]
                 style = _style(cell.style)
                 if on_cursor:
                     style = style + self.cursor_style if focused else style + Style(underline=True)
@@ -158,9 +171,9 @@ class ProcessTable(CellCanvas, can_focus=True):
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
             x = 0
-            for col, w in zip(COLUMNS, self._widths(self.size.width), strict=True):
+            for i, w in self._layout(self.size.width):
                 if x <= event.x < x + w + _GAP:
-                    self.post_message(self.HeaderClicked(col.key))
+                    self.post_message(self.HeaderClicked(COLUMNS[i].key))
                     return
                 x += w + _GAP
             return

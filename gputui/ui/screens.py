@@ -17,7 +17,7 @@ from textual.widgets.option_list import Option
 from gputui.collect.procs import describe
 from gputui.model import GpuSample, ProcessDetail
 from gputui.ui.process_rows import TableRow
-from gputui.units import NA, fmt_bytes
+from gputui.units import NA, fmt_bytes, printable
 
 MODAL_CSS = """
 ModalScreen { align: center middle; }
@@ -86,7 +86,9 @@ def render_detail(row: TableRow, d: ProcessDetail) -> Table:
     grid.add_column()
 
     def add(label: str, value: str | None, style: str = "") -> None:
-        grid.add_row(label, Text(value if value is not None else NA, style=style))  # never markup
+        # Text, never markup; and no control characters from a process's argv reach the terminal.
+        text = "\n".join(printable(line) for line in value.split("\n")) if value is not None else NA
+        grid.add_row(label, Text(text, style=style))
 
     if d.error:
         add("error", d.error, "red")

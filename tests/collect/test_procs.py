@@ -143,8 +143,6 @@ def test_a_zombie_is_still_visible(spawn: Callable[..., subprocess.Popen[bytes]]
         assert row.ppid == os.getpid()
 
 
-
-
 def test_a_reused_pid_is_a_new_process_simulated(spawn: Callable[..., subprocess.Popen[bytes]],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """NVML keeps reporting pid P; meanwhile the process we knew as P ended and P went to another one.

@@ -1,0 +1,46 @@
+"""A sampler that plays back snapshots: recordings, and fixed worlds for tests and screenshots."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gputui.collect.source import SourceInfo
+from gputui.model import Snapshot
+
+
+@dataclass
+class _ReplaySource:
+    name: str
+    devices_dir: Path
+
+    def close(self) -> None:
+        pass
+
+
+class ReplaySampler:
+    """The Sampler's interface over a list of snapshots; the last one repeats once they run out."""
+
+    def __init__(self, snapshots: Iterable[Snapshot], devices_dir: Path = Path("/dev")) -> None:
+        self.snapshots = list(snapshots)
+        if not self.snapshots:
+            raise ValueError("nothing to replay")
+        first = self.snapshots[0]
+        self.source = _ReplaySource(first.source, devices_dir)
+        self.info: SourceInfo | None = None
+        self.want_relatives = False
+        self.position = 0
+
+    def open(self) -> SourceInfo:
+        first = self.snapshots[0]
+        self.info = SourceInfo(first.driver_version, first.nvml_version, first.cuda_driver_version)
+        return self.info
+
+    def tick(self) -> Snapshot:
+        snap = self.snapshots[min(self.position, len(self.snapshots) - 1)]
+        self.position += 1
+        return snap
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gputui.ui.app import GpuTuiApp
+from tests.ui import world
+
+
+def make_app(gpus: int = 4, interval: float = 1.0, weird: bool = True,
+             devices_dir: Path | None = None) -> GpuTuiApp:
+    """The app on the fixed world: five minutes of history, then the same last snapshot on every tick
+    (a test that wants change posts SnapshotReady messages itself)."""
+    replay, past = world.sampler(gpus=gpus, weird=weird)
+    app = GpuTuiApp(replay, interval=interval, devices_dir=devices_dir or Path("/nonexistent"))
+    for snap in past:
+        app.history.add(snap)
+    return app
+
+
+async def first_frame(pilot, app: GpuTuiApp, frames: int = 1) -> None:  # type: ignore[no-untyped-def]
+    while app.frames < frames:
+        await pilot.pause(0.02)
+    await pilot.pause()
+
+
+@pytest.fixture
+def app_factory():  # type: ignore[no-untyped-def]
+    return make_app
