@@ -33,13 +33,14 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
     try:
         gpus = tuple(GpuSample(**{**g, "throttle_reasons": None if g.get("throttle_reasons") is None
                                   else tuple(g["throttle_reasons"])}) for g in data["gpus"])
-        procs = tuple(ProcessRow(**p) for p in data["processes"])
+        procs = tuple(ProcessRow(**{**p, "devices": None if p.get("devices") is None
+                                    else tuple(p["devices"])}) for p in data["processes"])
         return Snapshot(
             time=data["time"], hostname=data["hostname"], source=data["source"],
             driver_version=data["driver_version"], nvml_version=data["nvml_version"],
             cuda_driver_version=data["cuda_driver_version"], gpus=gpus, processes=procs,
             unaccounted_memory={int(k): v for k, v in data["unaccounted_memory"].items()},
-            errors=tuple(data["errors"]),
+            errors=tuple(data["errors"]), unreadable_fds=data["unreadable_fds"],
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"not a gputui snapshot: {err}") from None

@@ -66,11 +66,12 @@ class GpuProcess:
 
 @dataclass(frozen=True, slots=True)
 class ProcessRow:
-    """A GPU process joined with what the host knows of it (psutil)."""
+    """A process on a GPU: in NVML's lists, or holding its device file, or both; joined with what the
+    host knows of it (psutil)."""
 
-    gpu: int
+    gpu: int | None  # None: holds only /dev/nvidiactl or /dev/nvidia-uvm, so its GPU is unknown
     pid: int
-    kinds: str
+    kinds: str  # NVML's lists it is in ("C", "G", "M"); "" for a device holder NVML does not list
     used_memory: int | None
     sm_util: int | None
     mem_util: int | None
@@ -83,6 +84,10 @@ class ProcessRow:
     create_time: float | None = None
     state: str | None = None  # psutil status: running, sleeping, disk-sleep, stopped, zombie, ...
     ppid: int | None = None
+    devices: tuple[str, ...] | None = None  # the nvidia device files it holds; None: not readable
+    category: str = "ok"  # see gputui.collect.classify: ok, worker, defunct, orphan, unseen, ...
+    reason: str = ""  # one line: why it is in its category
+    ns_pid: int | None = None  # its PID inside its own (container's) PID namespace, when different
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +134,10 @@ class Snapshot:
     errors: tuple[str, ...] = ()
     # Parents and children of the GPU processes; filled only when asked (the UI's tree view).
     host_processes: tuple[HostProcess, ...] = ()
+    # Processes whose /proc/PID/fd could not be read: device holders among them are not shown.
+    unreadable_fds: int = 0
 
-    def processes_on(self, gpu: int) -> tuple[ProcessRow, ...]:
+    def processes_on(self, gpu: int | None) -> tuple[ProcessRow, ...]:
         return tuple(p for p in self.processes if p.gpu == gpu)
 
 
@@ -139,7 +146,7 @@ def unaccounted_memory(gpus: tuple[GpuSample, ...], procs: tuple[GpuProcess, ...
     """Used memory that no listed process accounts for: leaks, contexts of invisible processes, ..."""
     out: dict[int, int | None] = {}
     for gpu in gpus:
-        mine = [p.used_memory for p in procs if p.gpu == gpu.index]
+        mine = [p.used_memory for p in procs if p.gpu == gpu.index and p.kinds]  # NVML's own lists
         if gpu.mem_used is None or any(m is None for m in mine):
             out[gpu.index] = None
         else:

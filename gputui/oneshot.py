@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from gputui import __version__
+from gputui.collect.classify import SUSPICIOUS
 from gputui.model import GpuSample, ProcessRow, Snapshot
 from gputui.units import NA, fmt_bytes, fmt_num, fmt_pct, printable
 
@@ -42,8 +43,10 @@ def process_line(p: ProcessRow, width: int | None) -> str:
     user = printable(p.user or ("?" if p.visible else "-"))
     cpu = fmt_pct(p.cpu_percent)
     command = p.command if p.visible else "(not visible here: another PID namespace, or gone)"
-    line = (f"    {p.pid:>7} {user[:10]:<10} {p.kinds:<3} {fmt_bytes(p.used_memory):>10} "
-            f"{fmt_pct(p.sm_util):>4} {cpu:>5} {fmt_bytes(p.rss):>10}  {printable(command or NA)}")
+    on_nvml = bool(p.kinds)
+    line = (f"    {p.pid:>7} {user[:10]:<10} {p.kinds or '-':<3} "
+            f"{fmt_bytes(p.used_memory) if on_nvml else '-':>10} {fmt_pct(p.sm_util) if on_nvml else '-':>4} "
+            f"{cpu:>5} {fmt_bytes(p.rss):>10} {p.category:<13} {printable(command or NA)}")
     return line[:width] if width else line
 
 
@@ -63,11 +66,22 @@ def render(snap: Snapshot, width: int | None = None) -> str:
         procs = snap.processes_on(g.index)
         if procs:
             lines.append(f"    {'PID':>7} {'USER':<10} {'TYP':<3} {'GPU MEM':>10} {'SM%':>4} {'CPU%':>5} "
-                         f"{'RSS':>10}  COMMAND")
+                         f"{'RSS':>10} {'CLASS':<13} COMMAND")
         lines.extend(process_line(p, width) for p in procs)
         extra = snap.unaccounted_memory.get(g.index)
         if extra:
             lines.append(f"    {'':>7} {'unaccounted':<14} {fmt_bytes(extra):>10}  "
                          "(used by no listed process)")
+    others = snap.processes_on(None)
+    if others:
+        lines.append("(GPU unknown: holding only /dev/nvidiactl or /dev/nvidia-uvm)")
+        lines.extend(process_line(p, width) for p in others)
+    suspicious = [p for p in snap.processes if p.category in SUSPICIOUS]
+    if suspicious:
+        lines.append("suspicious:")
+        for p in suspicious:
+            lines.append(f"  ! {p.pid:>7} {p.category:<13} {printable(p.reason)}"[: width or None])
+    if snap.unreadable_fds:
+        lines.append(f"! {snap.unreadable_fds} processes not readable — run as root to see every holder")
     lines.extend(f"! {e}" for e in snap.errors)
     return "\n".join(lines)

@@ -69,7 +69,8 @@ def test_demo_json_has_every_gpu_and_the_trainers(demo_json: tuple[subprocess.Co
     data = json.loads(result.stdout)
     assert [g["index"] for g in data["gpus"]] == [0, 1, 2, 3]
     assert all(g["name"] == "NVIDIA H100 80GB HBM3" for g in data["gpus"])
-    trainers = [p for p in data["processes"] if p["command"] and "--role trainer" in p["command"]]
+    trainers = [p for p in data["processes"]
+                if p["kinds"] and p["command"] and "--role trainer" in p["command"]]
     assert sorted(p["gpu"] for p in trainers) == [0, 1, 2, 3]
     for p in trainers:
         assert p["visible"] is True
@@ -121,9 +122,12 @@ def test_demo_once_shows_gpus_processes_and_unaccounted_memory() -> None:
     for gpu, section in enumerate(sections):
         procs = [m for line in section if (m := re.match(r" {4} *(\d+) ", line))]
         pids += [int(m.group(1)) for m in procs]
-        trainer = [line for line in section if f"--role trainer --gpu {gpu}" in line]
+        trainer = [line for line in section if f"--role trainer --gpu {gpu}" in line and " C " in line]
         assert len(trainer) == 1, section
-    assert len(pids) == len(set(pids)) == 5  # a trainer per GPU, and the ghost on the last
+        workers = [line for line in section if f"--role trainer --gpu {gpu}" in line and " worker " in line]
+        assert len(workers) == 3, section  # the data-loader workers hold the GPU's device file
+    # A trainer and 3 workers per GPU, the ghost on the last, the orphan and the defunct child on GPU 0.
+    assert len(pids) == len(set(pids)) == 4 * 4 + 1 + 2
     assert any("not visible here" in line for line in sections[3])
     unaccounted = [line for line in lines if "unaccounted" in line]
     assert len(unaccounted) == 1 and unaccounted[0] in sections[0]

@@ -141,9 +141,9 @@ class DemoSource:
 
     def _spawn(self, watch: int, role: str, gpu: int, workers: int = 0, defunct: bool = False,
                janitor: bool = False) -> subprocess.Popen[bytes]:
-        # Run from the script's folder as "python -I -S demo_train.py ...": a command line as short as a
-        # real "python train.py ..." one, and no site import (it starts twice as fast).
-        cmd = ["python", "-I", "-S", _CHILD.name, "--role", role, "--gpu", str(gpu),
+        # Run from the script's folder as "python -IS demo_train.py ...": a command line as short as a
+        # real "python train.py ..." one, isolated, and no site import (it starts twice as fast).
+        cmd = ["python", "-IS", _CHILD.name, "--role", role, "--gpu", str(gpu),
                "--workers", str(workers)]
         cmd += ["--defunct"] * defunct + ["--janitor"] * janitor
         env = {**os.environ, "GPUTUI_DEMO_DEVICES": str(self.devices_dir), "GPUTUI_DEMO_WATCH": str(watch),

@@ -7,6 +7,7 @@ lookup: both simply give a row with ``visible=False``, never an error.
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -15,6 +16,8 @@ from typing import TypeVar
 
 import psutil
 
+from gputui.collect.classify import Facts, classify
+from gputui.collect.holders import HolderScan
 from gputui.model import GpuProcess, HostProcess, ProcessDetail, ProcessRow
 
 T = TypeVar("T")
@@ -30,6 +33,8 @@ class HostInfo:
     create_time: float | None
     state: str | None
     ppid: int | None
+    ns_pid: int | None = None
+    idle_s: float | None = None  # seconds it has been at 0 % CPU
 
 
 def _maybe(fn: Callable[[], T]) -> T | None:
@@ -40,6 +45,19 @@ def _maybe(fn: Callable[[], T]) -> T | None:
         return None
 
 
+def _ns_pid(pid: int) -> int | None:
+    """The PID inside the process's own PID namespace (a container's), when it differs from ours."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    ids = line.split()[1:]
+                    return int(ids[-1]) if len(ids) > 1 else None
+    except OSError:
+        pass
+    return None
+
+
 @dataclass
 class _Known:
     proc: psutil.Process
@@ -47,34 +65,89 @@ class _Known:
     user: str | None
     name: str | None
     command: str | None
+    ns_pid: int | None
     seen_before: bool = False
+    idle_since: float | None = None
 
 
 class ProcessJoiner:
-    """Keeps psutil.Process objects across ticks: %CPU needs the previous reading of the same process,
-    and user and command line, read once per process, cost most of a lookup."""
+    """Joins NVML's processes and the device holders with psutil. Keeps psutil.Process objects across
+    ticks: %CPU needs the previous reading of the same process, and user and command line, read once
+    per process, cost most of a lookup."""
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._known: dict[int, _Known] = {}
+        self.monotonic = monotonic
 
-    def join(self, procs: Iterable[GpuProcess], relatives: bool = False
+    def join(self, procs: Iterable[GpuProcess], holders: HolderScan | None = None,
+             minors: dict[int, int] | None = None, relatives: bool = False
              ) -> tuple[tuple[ProcessRow, ...], tuple[HostProcess, ...]]:
-        """Rows for the GPU processes and, if asked, their parents and descendants."""
+        """One row per (GPU, process) of NVML's lists and of the device holders (`holders`, with
+        `minors` mapping /dev/nvidiaN's N to the GPU index), classified; and, if asked, the parents and
+        descendants of those processes."""
+        procs = list(procs)
         infos: dict[int, HostInfo | None] = {}
-        rows = []
-        for gp in procs:
-            if gp.pid not in infos:
-                infos[gp.pid] = self.lookup(gp.pid)
-            info = infos[gp.pid]
-            rows.append(ProcessRow(
-                gpu=gp.gpu, pid=gp.pid, kinds=gp.kinds, used_memory=gp.used_memory, sm_util=gp.sm_util,
-                mem_util=gp.mem_util, visible=info is not None,
-                **(_asdict(info) if info is not None else {}),
-            ))
+
+        def info(pid: int) -> HostInfo | None:
+            if pid not in infos:
+                infos[pid] = self.lookup(pid)
+            return infos[pid]
+
+        on_nvml = {p.pid for p in procs}
+        rows = [self._row(p, info, holders, on_nvml) for p in procs]
+        if holders is not None:
+            for pid, h in sorted(holders.holders.items()):
+                if pid in on_nvml:
+                    continue
+                gpus = sorted({minors[m] for m in h.minors if minors and m in minors}) or [None]
+                rows += [self._row(GpuProcess(gpu=g, pid=pid, kinds=""), info, holders, on_nvml)  # type: ignore[arg-type]
+                         for g in gpus]
+            rows += self._defunct_children(holders, rows, info, on_nvml)
+        rows = [r for r in rows if r is not None]
         hosts = self._relatives(rows) if relatives else ()
         for pid in set(self._known) - set(infos) - {h.pid for h in hosts}:  # forget the departed
             del self._known[pid]
         return tuple(rows), hosts
+
+    def _defunct_children(self, holders: HolderScan, rows: list[ProcessRow | None],
+                          info: Callable[[int], HostInfo | None], on_nvml: set[int]
+                          ) -> list[ProcessRow | None]:
+        """Zombies whose parent is on a GPU: the parent is not reaping its children (its workers?)."""
+        gpu_of = {r.pid: r.gpu for r in rows if r is not None and r.visible}
+        out: list[ProcessRow | None] = []
+        for pid in sorted(holders.zombies):
+            host = info(pid)
+            if host is not None and host.ppid in gpu_of:
+                out.append(self._row(GpuProcess(gpu=gpu_of[host.ppid], pid=pid, kinds=""),  # type: ignore[arg-type]
+                                     info, holders, on_nvml))
+        return out
+
+    def _row(self, gp: GpuProcess, info: Callable[[int], HostInfo | None], holders: HolderScan | None,
+             on_nvml: set[int]) -> ProcessRow | None:
+        host = info(gp.pid)
+        if host is None and not gp.kinds:
+            return None  # a holder (or zombie) that ended since the scan
+        if holders is None:
+            devices: tuple[str, ...] | None = None
+        elif gp.pid in holders.holders:
+            devices = holders.holders[gp.pid].devices
+        else:
+            devices = None if gp.pid in holders.unreadable else ()
+        parent = info(host.ppid) if host is not None and host.ppid and devices else None
+        category, reason = classify(Facts(
+            visible=host is not None, state=host.state if host else None, on_nvml=bool(gp.kinds),
+            devices=devices if holders is not None else (), ppid=host.ppid if host else None,
+            parent_name=parent.name if parent else None,
+            parent_on_gpu=host is not None and host.ppid in on_nvml,
+            idle_s=host.idle_s if host else None))
+        base = dict(gpu=gp.gpu, pid=gp.pid, kinds=gp.kinds, used_memory=gp.used_memory, sm_util=gp.sm_util,
+                    mem_util=gp.mem_util, devices=devices, category=category, reason=reason)
+        if host is None:
+            return ProcessRow(visible=False, **base)  # type: ignore[arg-type]
+        return ProcessRow(
+            visible=True, user=host.user, name=host.name, command=host.command,
+            cpu_percent=host.cpu_percent, rss=host.rss, create_time=host.create_time, state=host.state,
+            ppid=host.ppid, ns_pid=host.ns_pid, **base)  # type: ignore[arg-type]
 
     def _relatives(self, rows: list[ProcessRow]) -> tuple[HostProcess, ...]:
         on_gpu = {r.pid for r in rows if r.visible}
@@ -112,24 +185,29 @@ class ProcessJoiner:
                     name = _maybe(proc.name)
                     known = self._known[pid] = _Known(
                         proc, _maybe(proc.create_time), _maybe(proc.username), name,
-                        " ".join(cmdline) if cmdline else (f"[{name}]" if name else None))
+                        " ".join(cmdline) if cmdline else (f"[{name}]" if name else None), _ns_pid(pid))
             with known.proc.oneshot():
                 return self._read(known)
         except (psutil.NoSuchProcess, ValueError):
             self._known.pop(pid, None)
             return None
 
-    @staticmethod
-    def _read(known: _Known) -> HostInfo:
+    def _read(self, known: _Known) -> HostInfo:
         proc = known.proc
         mem = _maybe(proc.memory_info)
         cpu = _maybe(proc.cpu_percent)
         # The first reading of a process has nothing to compare with: unknown, not 0 %.
         first, known.seen_before = not known.seen_before, True
+        now = self.monotonic()
+        if first or cpu != 0.0:
+            known.idle_since = None if not first else now
+        elif known.idle_since is None:
+            known.idle_since = now
         return HostInfo(
             user=known.user, name=known.name, command=known.command,
             cpu_percent=None if first else cpu, rss=mem.rss if mem is not None else None,
             create_time=known.create_time, state=_maybe(proc.status), ppid=_maybe(proc.ppid),
+            ns_pid=known.ns_pid, idle_s=None if known.idle_since is None else now - known.idle_since,
         )
 
 
@@ -138,10 +216,6 @@ def _running(proc: psutil.Process) -> bool:
         return proc.is_running()
     except psutil.Error:
         return False
-
-
-def _asdict(info: HostInfo) -> dict[str, object]:
-    return {f: getattr(info, f) for f in HostInfo.__dataclass_fields__}
 
 
 def device_files(pid: int, devices_dir: Path) -> tuple[str, ...] | None:

@@ -6,9 +6,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 
 from gputui.collect.history import History
+from gputui.collect.holders import HolderScanner
 from gputui.collect.procs import ProcessJoiner
 from gputui.collect.source import GpuSource, SourceInfo, SourceUnavailable
 from gputui.model import Snapshot, unaccounted_memory
@@ -19,7 +21,8 @@ class Sampler:
 
     def __init__(self, source: GpuSource, slow_interval: float = 5.0, history: History | None = None,
                  clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 devices_dir: Path | None = None, scan_holders: bool = True) -> None:
         self.source = source
         self.slow_interval = slow_interval
         # Kept here for consumers without a UI thread; the TUI keeps its own, on its own thread.
@@ -29,7 +32,10 @@ class Sampler:
         self.info: SourceInfo | None = None
         self.ticks = 0
         self.want_relatives = False  # the UI's tree view sets this: parents and children too
-        self._joiner = ProcessJoiner()
+        self._joiner = ProcessJoiner(monotonic)
+        self.devices_dir = devices_dir  # None: the source's (/dev, or the demo's stand-ins)
+        self.scan_holders = scan_holders
+        self._scanner: HolderScanner | None = None
         self._last_slow: float | None = None
         self._lock = threading.Lock()  # open() may be started early on another thread
         self._closed = False
@@ -63,7 +69,14 @@ class Sampler:
         if slow:
             self._last_slow = now
         reading = self.source.read(slow)
-        rows, hosts = self._joiner.join(reading.processes, relatives=self.want_relatives)
+        scan = None
+        if self.scan_holders:
+            if self._scanner is None:
+                self._scanner = HolderScanner(self.devices_dir or self.source.devices_dir,
+                                              monotonic=self.monotonic)
+            scan = self._scanner.scan()
+        minors = {g.minor: g.index for g in reading.gpus if g.minor is not None}
+        rows, hosts = self._joiner.join(reading.processes, scan, minors, relatives=self.want_relatives)
         snap = Snapshot(
             time=self.clock(),
             hostname=self.hostname,
@@ -76,6 +89,7 @@ class Sampler:
             unaccounted_memory=unaccounted_memory(reading.gpus, reading.processes),
             errors=reading.errors,
             host_processes=hosts,
+            unreadable_fds=len(scan.unreadable) if scan else 0,
         )
         if self.history is not None:
             self.history.add(snap)

@@ -29,21 +29,24 @@ def _gpu_attr(name: str) -> Callable[[ProcessRow | HostProcess], Any]:
 
 COLUMNS: tuple[Column, ...] = (
     Column("gpu", "GPU", 4, _gpu_attr("gpu")),
-    Column("pid", "PID", 8, lambda p: p.pid),
+    Column("pid", "PID", 7, lambda p: p.pid),
     Column("user", "USER", 10, lambda p: p.user or "", justify="left"),
-    Column("kinds", "T", 3, _gpu_attr("kinds"), justify="left"),
+    Column("kinds", "T", 2, _gpu_attr("kinds"), justify="left"),
     Column("gpu_mem", "GPU MEM", 9, _gpu_attr("used_memory"), descending=True),
     Column("sm", "SM%", 4, _gpu_attr("sm_util"), descending=True),
     Column("bw", "BW%", 4, _gpu_attr("mem_util"), descending=True),
-    Column("cpu", "CPU%", 6, lambda p: p.cpu_percent, descending=True),
+    Column("cpu", "CPU%", 5, lambda p: p.cpu_percent, descending=True),
     Column("rss", "RSS", 9, lambda p: p.rss, descending=True),
-    Column("time", "TIME", 8, lambda p: -(p.create_time or 0), descending=True),
-    Column("state", "STATE", 9, lambda p: p.state or "", justify="left"),
+    Column("time", "TIME", 6, lambda p: p.create_time),  # oldest start first: longest running first
+    Column("category", "CLASS", 10, lambda p: getattr(p, "category", ""), justify="left"),
+    Column("state", "STATE", 8, lambda p: p.state or "", justify="left"),
     Column("command", "COMMAND", 400, lambda p: p.command or "", justify="left"),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 BY_KEY = {c.key: c for c in COLUMNS}
 _BAD_STATES = {"zombie": "error", "disk-sleep": "warning", "stopped": "warning", "tracing-stop": "warning"}
+_CATEGORY_STYLES = {"defunct": "error", "orphan": "error", "stuck": "error", "unseen": "warning",
+                    "nvml-only": "warning", "no-permission": "dim", "worker": "dim"}
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def build_rows(snap: Snapshot, view: View, styles: dict[str, Style] | None = Non
 def _tree_rows(procs: list[ProcessRow], snap: Snapshot, view: View,
                styles: dict[str, Style]) -> list[TableRow]:
     """GPU processes with their parents above and their descendants below, as an indented forest."""
-    nodes: list[ProcessRow | HostProcess] = [*procs, *snap.host_processes]
+    nodes: list[ProcessRow | HostProcess] = [*procs, *_related(procs, snap.host_processes)]
     by_pid: dict[int, list[ProcessRow | HostProcess]] = {}
     for n in nodes:
         by_pid.setdefault(n.pid, []).append(n)
@@ -138,6 +141,27 @@ def _tree_rows(procs: list[ProcessRow], snap: Snapshot, view: View,
     return rows
 
 
+def _related(procs: list[ProcessRow], hosts: tuple[HostProcess, ...]) -> list[HostProcess]:
+    """The host processes that are parents or descendants of the shown GPU processes (the filter and
+    the GPU choice apply to the tree too)."""
+    shown = {p.pid for p in procs}
+    parents = {p.ppid for p in procs}
+    by_pid = {h.pid: h for h in hosts}
+
+    def descends(h: HostProcess) -> bool:
+        seen: set[int] = set()
+        ppid = h.ppid
+        while ppid is not None and ppid not in seen:
+            if ppid in shown:
+                return True
+            seen.add(ppid)
+            parent = by_pid.get(ppid)
+            ppid = parent.ppid if parent is not None else None
+        return False
+
+    return [h for h in hosts if h.pid in parents or descends(h)]
+
+
 def _row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style]) -> TableRow:
     on_gpu = isinstance(p, ProcessRow)
     dim = styles.get("dim", Style(dim=True))
@@ -152,19 +176,24 @@ def _row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict
     if on_gpu:
         assert isinstance(p, ProcessRow)
         command = p.command if p.visible else "(not visible here: another PID namespace, or gone)"
-        gpu_cells = (cell(str(p.gpu), "gpu"), cell(p.kinds, "kinds"),
-                     cell(fmt_bytes(p.used_memory), "gpu_mem"), cell(_pct(p.sm_util), "sm"),
-                     cell(_pct(p.mem_util), "bw"))
+        if p.kinds:  # in NVML's lists
+            nvml = (cell(p.kinds, "kinds"), cell(fmt_bytes(p.used_memory), "gpu_mem"),
+                    cell(_pct(p.sm_util), "sm"), cell(_pct(p.mem_util), "bw"))
+        else:  # holds a device file only: NVML has nothing to say about it
+            nvml = (cell("-", "kinds"), cell("-", "gpu_mem"), cell("-", "sm"), cell("-", "bw"))
+        gpu_cells = (cell(str(p.gpu) if p.gpu is not None else "?", "gpu"), *nvml)
+        category = cell(p.category, "category", styles.get(_CATEGORY_STYLES.get(p.category, ""), Style()))
     else:
         command = p.command
         gpu_cells = (cell("-", "gpu", dim), cell("", "kinds"), cell("", "gpu_mem"), cell("", "sm"),
                      cell("", "bw"))
+        category = cell("", "category")
     run = now - p.create_time if p.create_time else None
     user = p.user or ("-" if invisible else NA)
     cells = (
         gpu_cells[0], cell(str(p.pid), "pid"), cell(user, "user"), *gpu_cells[1:],
         cell(f"{p.cpu_percent:.1f}" if p.cpu_percent is not None else NA, "cpu"),
-        cell(fmt_bytes(p.rss), "rss"), cell(fmt_duration(run), "time"),
+        cell(fmt_bytes(p.rss), "rss"), cell(fmt_duration(run), "time"), category,
         cell(p.state or NA, "state", state_style),
         # Text, never markup: a command line may contain "[/]" or escape sequences.
         Text(tree_prefix + printable(command or NA), style=dim if invisible or not on_gpu else "",

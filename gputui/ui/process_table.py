@@ -21,7 +21,7 @@ from gputui.ui.process_rows import COLUMNS, TableRow
 _GAP = 1  # spaces between columns
 _MIN_COMMAND = 24
 # Dropped first when the terminal is too narrow for every column and a readable command line.
-_DROP_ORDER = ("bw", "time", "rss", "kinds", "state", "cpu", "user")
+_DROP_ORDER = ("bw", "time", "rss", "kinds", "state", "cpu", "user", "category")
 
 
 @lru_cache(maxsize=256)

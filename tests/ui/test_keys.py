@@ -18,7 +18,6 @@ from gputui.model import GpuSample, ProcessRow, Snapshot
 from gputui.ui.app import INTERVALS, GpuTuiApp, SnapshotReady
 from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
-from gputui.ui.process_rows import COLUMNS
 from gputui.ui.process_table import ProcessTable
 from gputui.ui.screens import DetailScreen, GpuChooser, HelpScreen
 from tests.ui import world
@@ -189,8 +188,6 @@ async def test_clicking_a_header_sorts_by_it_and_again_reverses() -> None:
         assert users == sorted(users) and users[-1] == "mallory"
 
 
-@pytest.mark.xfail(strict=True, reason="TIME sorts a process with an unknown start time first: "
-                   "COLUMNS' time sort key maps create_time None to -0, the largest value")
 async def test_unknown_start_time_sorts_last_by_time() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -289,8 +286,6 @@ async def test_t_toggles_the_tree() -> None:
         assert not any("├─" in line or "└─" in line for line in body(app))
 
 
-@pytest.mark.xfail(strict=True, reason="tree view ignores the filter and the GPU choice for host processes: "
-                   "process_rows._tree_rows adds every snapshot.host_processes node")
 async def test_tree_with_a_filter_shows_only_related_processes() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -637,9 +632,10 @@ async def test_resizing_keeps_the_cursor_on_its_pid() -> None:
 
 def _bad(snap: Snapshot) -> Snapshot:
     gpus = tuple(GpuSample(index=g.index, lost=g.index == 1) for g in snap.gpus)
-    procs = (
-        ProcessRow(gpu=0, pid=4194301, kinds="C", used_memory=None, sm_util=None, mem_util=None, visible=True),
-        ProcessRow(gpu=2, pid=4194302, kinds="", used_memory=None, sm_util=None, mem_util=None, visible=True,
+    unknown = {"used_memory": None, "sm_util": None, "mem_util": None, "visible": True}
+    procs = (  # near the largest pid_max (4194304): no such process here
+        ProcessRow(gpu=0, pid=4194301, kinds="C", **unknown),  # type: ignore[arg-type]
+        ProcessRow(gpu=2, pid=4194302, kinds="", **unknown,  # type: ignore[arg-type]
                    user=None, command=None, create_time=None, cpu_percent=None, rss=None, state=None),
     )
     return replace(snap, time=snap.time + 1, gpus=gpus, processes=procs, unaccounted_memory={},
@@ -663,7 +659,9 @@ async def test_a_bad_sample_never_crashes(size: tuple[int, int]) -> None:
         assert "n/a" in heads[0]
         assert sorted(shown_pids(app)) == [4194301, 4194302]
         assert all("n/a" in line for line in body(app))
-        assert "⚠ NVML" in header_bar(app) and "driver n/a" in header_bar(app)
+        assert "driver n/a" in header_bar(app) and "PAUSED" in header_bar(app)
+        if size[0] >= 120:
+            assert "⚠ NVML: GPU 1 is lost" in header_bar(app)
         # Still alive: keys work and every view copes with the unknowns.
         for keys in (["s"] * 8, ["S"], ["t"], ["t"], ["slash", *"4194302", "enter"]):
             await press(pilot, *keys)

@@ -1,0 +1,77 @@
+"""Process classes: what a user hunting GPU zombies needs to see at a glance, with a one-line reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OK = "ok"
+WORKER = "worker"  # holds a device, not in NVML's list, but a child of a GPU process: a data-loader worker
+DEFUNCT = "defunct"  # state Z: exited; only its parent can reap it
+STUCK = "stuck"  # state D (uninterruptible, often in the driver) or T (stopped)
+ORPHAN = "orphan"  # holds a device and its parent is gone (reparented to init or a subreaper)
+UNSEEN = "unseen"  # holds a device, NVML lists no memory for it, and no GPU process is its parent
+NVML_ONLY = "nvml-only"  # NVML lists it, this PID namespace cannot see it (a container), or it is gone
+NO_PERMISSION = "no-permission"  # its /proc/PID/fd is not readable: the device files it holds are unknown
+
+SUSPICIOUS = frozenset({DEFUNCT, STUCK, ORPHAN, UNSEEN, NVML_ONLY, NO_PERMISSION})
+# Parents that adopt orphans: init, and the usual container inits and subreapers.
+SUBREAPERS = frozenset({"systemd", "init", "tini", "dumb-init", "docker-init", "catatonit", "s6-svscan",
+                        "runsv", "supervisord"})
+IDLE_NOTE_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the join knows of one process."""
+
+    visible: bool
+    state: str | None
+    on_nvml: bool
+    devices: tuple[str, ...] | None  # held device files; None: /proc/PID/fd not readable
+    ppid: int | None
+    parent_name: str | None  # None: no parent visible
+    parent_on_gpu: bool
+    idle_s: float | None  # seconds at 0 % CPU, when known
+
+
+def _short(devices: tuple[str, ...]) -> str:
+    names = [d.rsplit("/", 1)[-1] for d in devices]
+    gpus = [n for n in names if n[6:].isdigit()]
+    return "/dev/" + (", /dev/".join(gpus) if gpus else ", /dev/".join(names))
+
+
+def classify(f: Facts) -> tuple[str, str]:
+    """(class, reason). The reason strings together the facts that matter, most telling first."""
+    if not f.visible:
+        return NVML_ONLY, "in NVML's list but not visible here: another PID namespace (a container), or gone"
+    notes: list[str] = []
+    holds = bool(f.devices)
+    if holds:
+        assert f.devices is not None
+        notes.append(f"holds {_short(f.devices)}")
+    # A GPU process adopted by init is usually just detached (nohup, a service); a device holder that
+    # NVML does not list and whose parent is gone is the classic leftover data-loader worker.
+    orphaned = holds and not f.on_nvml and (
+        f.ppid in (0, 1) or f.parent_name is None or f.parent_name in SUBREAPERS)
+    if orphaned:
+        notes.append(f"parent gone (now {f.ppid}{' ' + f.parent_name if f.parent_name else ''})")
+    if holds and not f.on_nvml:
+        notes.append("not in NVML's list")
+    if f.idle_s is not None and f.idle_s >= IDLE_NOTE_S:
+        notes.append(f"0% CPU for {int(f.idle_s // 60)} min")
+
+    if f.state == "zombie":
+        return DEFUNCT, "; ".join([f"defunct: its parent {f.ppid} has not reaped it", *notes])
+    if f.state in ("disk-sleep", "stopped", "tracing-stop"):
+        what = "uninterruptible sleep (D), often stuck in the driver" if f.state == "disk-sleep" else \
+            "stopped (T)"
+        return STUCK, "; ".join([what, *notes])
+    if orphaned:
+        return ORPHAN, "; ".join(notes)
+    if holds and not f.on_nvml:
+        if f.parent_on_gpu:
+            return WORKER, "; ".join([*notes, "child of a GPU process (a data-loader worker?)"])
+        return UNSEEN, "; ".join(notes)
+    if f.on_nvml and f.devices is None:
+        return NO_PERMISSION, "cannot read /proc/PID/fd (another user's process): run as root to see more"
+    return OK, "; ".join(notes)

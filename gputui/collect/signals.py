@@ -1,0 +1,161 @@
+"""Sending signals safely.
+
+A target is a (pid, create time) pair taken from the row the user confirmed, never the PID alone: if
+the PID now belongs to another process, nothing is sent. Never signalled: pid <= 1, gputui itself, and
+its ancestors (the shell, tmux, sshd that gputui runs under).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import psutil
+
+SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "SIGKILL": signal.SIGKILL}
+_CREATE_TIME_SLACK = 0.05  # psutil rounds start times to clock ticks
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    pid: int
+    create_time: float | None  # None only when unknown; such a target is refused
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    target: Target
+    signal: str
+    result: str  # sent, gone, already gone, permission denied, refused, still alive
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.result in ("sent", "gone")
+
+    def __str__(self) -> str:
+        text = f"{self.signal} → {self.target.pid}"
+        if self.target.label:
+            text += f" ({self.target.label[:40]})"
+        text += f": {self.result}"
+        return text + (f" — {self.detail}" if self.detail else "")
+
+
+def _ancestors() -> set[int]:
+    pids = set()
+    try:
+        proc: psutil.Process | None = psutil.Process()
+        while proc is not None:
+            pids.add(proc.pid)
+            proc = proc.parent()
+    except psutil.Error:
+        pass
+    return pids
+
+
+def refusal(target: Target) -> str | None:
+    """Why `target` must not be signalled, or None."""
+    if target.pid <= 1:
+        return "never signals pid 0 or 1 (init)"
+    if target.pid == os.getpid():
+        return "that is gputui itself"
+    if target.pid in _ancestors():
+        return "that is one of gputui's own ancestors (its shell, tmux, sshd, ...)"
+    if target.create_time is None:
+        return "its start time is unknown, so it cannot be told apart from a reused PID"
+    return None
+
+
+def _matches(target: Target) -> psutil.Process | str:
+    """The live process behind `target`, or why there is none."""
+    try:
+        proc = psutil.Process(target.pid)
+        started = proc.create_time()
+    except psutil.NoSuchProcess:
+        return "already gone"
+    except psutil.Error as err:
+        return f"cannot read it: {err}"
+    if target.create_time is None or abs(started - target.create_time) > _CREATE_TIME_SLACK:
+        return "the PID now belongs to another process"
+    return proc
+
+
+def children_of(target: Target) -> list[Target]:
+    """Descendants of a verified target, deepest first (so parents cannot respawn them)."""
+    proc = _matches(target)
+    if isinstance(proc, str):
+        return []
+    out = []
+    try:
+        kids = proc.children(recursive=True)
+    except psutil.Error:
+        return []
+    for kid in reversed(kids):
+        try:
+            out.append(Target(kid.pid, kid.create_time(), " ".join(kid.cmdline()) or kid.name()))
+        except psutil.Error:
+            continue
+    return out
+
+
+def send(targets: Iterable[Target], sig_name: str, include_children: bool = False) -> list[Outcome]:
+    sig = SIGNALS[sig_name]
+    outcomes = []
+    for target in targets:
+        for t in ([*children_of(target), target] if include_children else [target]):
+            outcomes.append(_send_one(t, sig_name, sig))
+    return outcomes
+
+
+def _send_one(target: Target, sig_name: str, sig: int) -> Outcome:
+    why = refusal(target)
+    if why:
+        return Outcome(target, sig_name, "refused", why)
+    proc = _matches(target)
+    if isinstance(proc, str):
+        result = "already gone" if proc == "already gone" else "refused"
+        return Outcome(target, sig_name, result, "" if result == "already gone" else proc)
+    try:
+        os.kill(target.pid, sig)
+    except ProcessLookupError:
+        return Outcome(target, sig_name, "already gone")
+    except PermissionError:
+        return Outcome(target, sig_name, "permission denied", "it belongs to another user; run as root")
+    return Outcome(target, sig_name, "sent")
+
+
+def gone(target: Target) -> bool:
+    """Ended: no such process any more, another process has the PID, or it is a zombie (it is dead;
+    only its parent's bookkeeping remains)."""
+    proc = _matches(target)
+    if isinstance(proc, str):
+        return True
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def await_outcome(sent: Iterable[Outcome], timeout: float = 5.0, poll: float = 0.1,
+                  sleep: Callable[[float], None] = time.sleep) -> list[Outcome]:
+    """For each signal that was sent: gone, or still alive after `timeout` seconds."""
+    pending = [o for o in sent if o.result == "sent"]
+    done: list[Outcome] = []
+    deadline = time.monotonic() + timeout
+    while pending:
+        still = []
+        for o in pending:
+            if gone(o.target):
+                done.append(Outcome(o.target, o.signal, "gone"))
+            else:
+                still.append(o)
+        pending = still
+        if not pending or time.monotonic() >= deadline:
+            break
+        sleep(poll)
+    done += [Outcome(o.target, o.signal, "still alive", f"after {timeout:g} s") for o in pending]
+    return done
