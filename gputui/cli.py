@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--devices-dir", type=_directory, metavar="DIR",
                     help="where to look for nvidia device files (default /dev; the demo's own in --demo)")
     ap.add_argument("--no-mouse", action="store_true", help="no mouse tracking (less traffic over SSH)")
+    ap.add_argument("--readonly", action="store_true", help="never send a signal: no kill in the UI")
     out = ap.add_mutually_exclusive_group()
     out.add_argument("--once", action="store_true", help="print one table and exit")
     out.add_argument("--json", action="store_true", help="print one snapshot as JSON and exit")
@@ -107,7 +108,7 @@ def _oneshot(args: argparse.Namespace) -> int:
     from gputui.collect.sampler import Sampler
 
     # The demo shows a job in full swing, not its warm-up.
-    with Sampler(make_source(args, start_at=120.0)) as sampler:
+    with Sampler(make_source(args, start_at=120.0), devices_dir=args.devices_dir) as sampler:
         sampler.tick()  # %CPU and PCIe rates need a previous reading
         time.sleep(min(0.5, args.interval))
         snap = sampler.tick()
@@ -132,7 +133,7 @@ def _open_quietly(sampler: Sampler) -> None:
 def _tui(args: argparse.Namespace) -> int:
     from gputui.collect.sampler import Sampler
 
-    sampler = Sampler(make_source(args))
+    sampler = Sampler(make_source(args), devices_dir=args.devices_dir)
     try:
         if args.demo:
             # Start the demo's processes while Textual is imported: the first frame comes sooner.
@@ -142,7 +143,7 @@ def _tui(args: argparse.Namespace) -> int:
         from gputui.ui.app import GpuTuiApp
 
         app = GpuTuiApp(sampler, interval=args.interval, mouse=not args.no_mouse,
-                        devices_dir=args.devices_dir)
+                        devices_dir=args.devices_dir, readonly=args.readonly)
         code = app.run(mouse=not args.no_mouse)
     finally:
         sampler.close()

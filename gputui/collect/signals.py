@@ -84,6 +84,16 @@ def _matches(target: Target) -> psutil.Process | str:
     return proc
 
 
+def target_for(pid: int) -> Target | None:
+    """A target for a PID seen just now (the parent of a defunct process, say)."""
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            return Target(pid, proc.create_time(), " ".join(proc.cmdline()) or proc.name())
+    except psutil.Error:
+        return None
+
+
 def children_of(target: Target) -> list[Target]:
     """Descendants of a verified target, deepest first (so parents cannot respawn them)."""
     proc = _matches(target)

@@ -20,22 +20,27 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
+from gputui.collect import signals
 from gputui.collect.history import History
 from gputui.collect.replay import ReplaySampler
 from gputui.collect.sampler import Sampler
+from gputui.collect.signals import Target
 from gputui.collect.source import SourceUnavailable
-from gputui.model import Snapshot
+from gputui.model import ProcessRow, Snapshot
 from gputui.ui import partial_updates
 from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
+from gputui.ui.kill import Entry, KillRequest, KillScreen, entry_of
 from gputui.ui.palette import Palette
 from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, View, build_rows
 from gputui.ui.process_table import ProcessTable
 from gputui.ui.screens import DetailScreen, GpuChooser, HelpScreen
+from gputui.ui.status import StatusLine
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 SORT_CYCLE = ("gpu", "gpu_mem", "sm", "cpu", "rss", "time", "pid", "user")
 MIN_TABLE_ROWS = 10
+ESCALATE_AFTER_S = 5.0
 DEFAULT_THEME = "textual-dark"
 
 
@@ -82,6 +87,10 @@ class GpuTuiApp(App[int]):
         Binding("p", "pause", "Pause"),
         Binding("plus", "faster", "Faster", key_display="+", show=False),
         Binding("minus", "slower", "Slower", key_display="-", show=False),
+        Binding("z", "zombies", "Zombies"),
+        Binding("k,f9", "kill", "Kill", key_display="k"),
+        Binding("space", "tag", "Tag", show=False),
+        Binding("K", "escalate", "SIGKILL", show=False),
     ]
     HELP = [
         ("s / S", "sort by the next column / reverse the order (or click a column header)"),
@@ -89,6 +98,10 @@ class GpuTuiApp(App[int]):
         ("t", "tree view: GPU processes with their parents and children"),
         ("g", "choose a GPU: the table shows its processes (g again: all GPUs)"),
         ("Enter", "process detail: command line, cwd, CUDA_VISIBLE_DEVICES, device files, children"),
+        ("z", "zombies: only the suspicious processes (defunct, orphaned, unseen by NVML, ...) and why"),
+        ("space", "tag / untag the highlighted process (k then signals every tagged one)"),
+        ("k / F9", "send a signal (SIGTERM, SIGINT or SIGKILL) after confirmation"),
+        ("K", "SIGKILL the processes still alive 5 s after a signal"),
         ("p", "pause / resume sampling"),
         ("+ / -", "sample faster / slower"),
         ("?", "this help"),
@@ -97,7 +110,7 @@ class GpuTuiApp(App[int]):
     ]
 
     def __init__(self, sampler: Sampler | ReplaySampler, interval: float = 1.0, mouse: bool = True,
-                 devices_dir: Path | None = None) -> None:
+                 devices_dir: Path | None = None, readonly: bool = False) -> None:
         super().__init__()
         partial_updates.install()
         self.sampler = sampler
@@ -110,6 +123,9 @@ class GpuTuiApp(App[int]):
         self.snapshot: Snapshot | None = None
         self.frames = 0  # snapshots applied; tests and the bench wait on it
         self.error: str | None = None  # why the app gave up, for the command line to print
+        self.readonly = readonly
+        self.tagged: set[str] = set()  # row keys
+        self.escalation: tuple[Target, ...] = ()  # signalled, still alive after 5 s
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._row_styles: dict[str, Style] = {}
@@ -126,6 +142,7 @@ class GpuTuiApp(App[int]):
         yield HeaderBar(id="header")
         yield GpuPanes(self.history, id="panes")
         yield ProcessTable(id="procs")
+        yield StatusLine(id="status")
         yield FilterInput(placeholder="filter: pid, user or command", id="filter")
         yield Footer()
 
@@ -157,7 +174,7 @@ class GpuTuiApp(App[int]):
 
     def _apply_palette(self) -> None:
         palette = Palette.from_theme(self.current_theme)
-        for canvas in (self.query_one(HeaderBar), self.query_one(GpuPanes)):
+        for canvas in (self.query_one(HeaderBar), self.query_one(GpuPanes), self.query_one(StatusLine)):
             canvas.palette = palette
             canvas.redraw()
         self._row_styles = {"dim": palette.dim, "error": palette.error, "warning": palette.warning}
@@ -216,12 +233,21 @@ class GpuTuiApp(App[int]):
             header.redraw()
             self.query_one(GpuPanes).show(snap)
             self._refresh_table()
+            status = self.query_one(StatusLine)
+            if status.unreadable != snap.unreadable_fds:
+                status.unreadable = snap.unreadable_fds
+                status.redraw()
         self.frames += 1
 
     def _refresh_table(self) -> None:
         table = self.query_one(ProcessTable)
         table.sort_column, table.sort_reverse = self.view.sort, self.view.reverse
-        if self.view.filter or self.view.gpu is not None:
+        table.tagged = self.tagged
+        table.last_label = "REASON · COMMAND" if self.view.zombies else "COMMAND"
+        table.min_last_width = 70 if self.view.zombies else 24  # the reasons are the point of that view
+        if self.view.zombies:
+            table.empty_note = "no suspicious process: nothing defunct, orphaned, stuck or unseen by NVML"
+        elif self.view.filter or self.view.gpu is not None:
             table.empty_note = "no process matches the filter / GPU choice"
         else:
             table.empty_note = "no GPU processes"
@@ -327,6 +353,102 @@ class GpuTuiApp(App[int]):
     def action_slower(self) -> None:
         self._set_interval(+1)
 
+    # -- zombies and signals -----------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # --readonly: no signal can be sent, and the footer does not offer one.
+        return not (self.readonly and action in ("kill", "escalate", "tag"))
+
+    def say(self, message: str, severity: str = "information") -> None:
+        self.query_one(StatusLine).say(message, severity)
+
+    def action_zombies(self) -> None:
+        self._set_view(zombies=not self.view.zombies)
+        self.say("zombies: the suspicious processes and why (z again: all)" if self.view.zombies else "")
+
+    def action_tag(self) -> None:
+        table = self.query_one(ProcessTable)
+        row = table.current
+        if row is None or row.process is None:
+            return
+        self.tagged.symmetric_difference_update({row.key})
+        table.action_move(1)
+        self._refresh_table()
+        self.say(f"{len(self.tagged)} tagged: k signals them all" if self.tagged else "")
+
+    def action_kill(self) -> None:
+        if self.readonly:
+            self.say("read-only (--readonly): signals are disabled", "warning")
+            return
+        table = self.query_one(ProcessTable)
+        current = [table.current] if table.current is not None else []
+        rows = [r for r in table.rows if r.key in self.tagged] or current
+        rows = [r for r in rows if r.process is not None]
+        hidden = [r for r in rows if isinstance(r.process, ProcessRow) and not r.process.visible]
+        if hidden:
+            self.say(f"{hidden[0].pid} is not visible in this PID namespace: it cannot be signalled "
+                     "from here", "warning")
+        rows = [r for r in rows if r not in hidden]
+        if not rows:
+            return
+        entries, notes = [], []
+        for row in rows:
+            assert row.process is not None
+            if row.process.state == "zombie":
+                parent = signals.target_for(row.process.ppid) if row.process.ppid else None
+                notes.append(f"{row.pid} is defunct: it has already exited and no signal can end it; "
+                             "only its parent can reap it." + (f" Its parent {parent.pid} is offered instead."
+                                                               if parent else " Its parent is gone."))
+                if parent is not None and parent.pid not in {e.target.pid for e in entries}:
+                    entries.append(Entry(parent, "", "parent", "-"))
+            else:
+                entries.append(entry_of(row))
+        if not entries:
+            self.say(" ".join(notes), "warning")
+            return
+        self.push_screen(KillScreen(entries, " ".join(notes)), self._confirmed)
+
+    def _confirmed(self, request: KillRequest | None) -> None:
+        if request is None:
+            self.say("cancelled: nothing was sent")
+            return
+        self.tagged.clear()
+        self._send(request)
+
+    def action_escalate(self) -> None:
+        if not self.escalation:
+            self.say("nothing to escalate: no process outlived a signal")
+            return
+        targets, self.escalation = self.escalation, ()
+        self._send(KillRequest(targets, "SIGKILL", False))
+
+    @work(thread=True, group="signals")
+    def _send(self, request: KillRequest) -> None:
+        sent = signals.send(request.targets, request.signal, request.include_children)
+        self.call_from_thread(self._report, sent, False)
+        waited = signals.await_outcome(sent, timeout=ESCALATE_AFTER_S)
+        self.call_from_thread(self._report, [o for o in sent if o.result != "sent"] + waited, True)
+
+    def _report(self, outcomes: list[signals.Outcome], final: bool) -> None:
+        if not outcomes:
+            return
+        alive = tuple(o.target for o in outcomes if o.result == "still alive")
+        if final:
+            self.escalation = alive
+        bad = any(o.result in ("refused", "permission denied", "still alive") for o in outcomes)
+        if len(outcomes) == 1:
+            text = str(outcomes[0])
+        else:
+            counts: dict[str, int] = {}
+            for o in outcomes:
+                counts[o.result] = counts.get(o.result, 0) + 1
+            text = f"{outcomes[0].signal} → {len(outcomes)} processes: " + ", ".join(
+                f"{n} {result}" for result, n in counts.items())
+        if final and alive:
+            text += " — press K to send SIGKILL"
+        self.say(text, "warning" if bad else "information")
+        self._wake.set()  # sample now: the table should show what changed
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("Sort by next column", "Cycle the table's sort column", self.action_sort_next)
@@ -338,4 +460,7 @@ class GpuTuiApp(App[int]):
         yield SystemCommand("Pause / resume", "Stop or restart sampling", self.action_pause)
         yield SystemCommand("Sample faster", "Shorter refresh interval", self.action_faster)
         yield SystemCommand("Sample slower", "Longer refresh interval", self.action_slower)
+        yield SystemCommand("Zombies", "Only the suspicious processes, with reasons", self.action_zombies)
+        if not self.readonly:
+            yield SystemCommand("Kill", "Signal the highlighted or tagged processes", self.action_kill)
 

@@ -9,6 +9,7 @@ from typing import Any
 from rich.style import Style
 from rich.text import Text
 
+from gputui.collect.classify import SUSPICIOUS
 from gputui.model import HostProcess, ProcessRow, Snapshot
 from gputui.units import NA, fmt_bytes, fmt_duration, printable
 
@@ -54,7 +55,7 @@ class TableRow:
     key: str
     pid: int
     create_time: float | None
-    process: ProcessRow | HostProcess
+    process: ProcessRow | HostProcess | None  # None: not a process (a GPU's unaccounted memory)
     cells: tuple[Text, ...]
 
 
@@ -67,6 +68,7 @@ class View:
     filter: str = ""
     gpu: int | None = None
     tree: bool = False
+    zombies: bool = False  # only the suspicious processes, each with its reason
 
 
 def row_key(p: ProcessRow | HostProcess) -> str:
@@ -101,10 +103,35 @@ def _ordered(procs: list[Any], view: View) -> list[Any]:
 def build_rows(snap: Snapshot, view: View, styles: dict[str, Style] | None = None) -> list[TableRow]:
     styles = styles or {}
     procs = [p for p in snap.processes
-             if (view.gpu is None or p.gpu == view.gpu) and matches(p, view.filter)]
-    if not view.tree:
-        return [_row(p, snap.time, "", styles) for p in _ordered(procs, view)]
-    return _tree_rows(procs, snap, view, styles)
+             if (view.gpu is None or p.gpu == view.gpu) and matches(p, view.filter)
+             and (not view.zombies or p.category in SUSPICIOUS)]
+    if view.tree:
+        rows = _tree_rows(procs, snap, view, styles)
+    else:
+        rows = [_row(p, snap.time, "", styles, view.zombies) for p in _ordered(procs, view)]
+    if not view.filter:
+        rows += _unaccounted_rows(snap, view, styles)
+    return rows
+
+
+UNACCOUNTED_MIN = 64 << 20  # below this, the driver's own bookkeeping: not worth a row
+
+
+def _unaccounted_rows(snap: Snapshot, view: View, styles: dict[str, Style]) -> list[TableRow]:
+    """Per GPU: memory in use that no listed process accounts for (a container's processes, a leak)."""
+    rows = []
+    for gpu, extra in sorted(snap.unaccounted_memory.items()):
+        if extra is None or extra < UNACCOUNTED_MIN or view.gpu not in (None, gpu):
+            continue
+        style = styles.get("warning", Style())
+        cells = [Text("", no_wrap=True) for _ in COLUMNS]
+        cells[COLUMN_KEYS.index("gpu")] = Text(str(gpu), justify="right")
+        cells[COLUMN_KEYS.index("pid")] = Text("-", justify="right")
+        cells[COLUMN_KEYS.index("gpu_mem")] = Text(fmt_bytes(extra), style=style, justify="right")
+        cells[COLUMN_KEYS.index("category")] = Text("unaccounted", style=style)
+        cells[-1] = Text("memory used on this GPU that no listed process accounts for", style=style)
+        rows.append(TableRow(f"{gpu}/unaccounted", 0, None, None, tuple(cells)))
+    return rows
 
 
 def _tree_rows(procs: list[ProcessRow], snap: Snapshot, view: View,
@@ -162,7 +189,8 @@ def _related(procs: list[ProcessRow], hosts: tuple[HostProcess, ...]) -> list[Ho
     return [h for h in hosts if h.pid in parents or descends(h)]
 
 
-def _row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style]) -> TableRow:
+def _row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style],
+         with_reason: bool = False) -> TableRow:
     on_gpu = isinstance(p, ProcessRow)
     dim = styles.get("dim", Style(dim=True))
     invisible = on_gpu and not p.visible
@@ -196,10 +224,17 @@ def _row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict
         cell(fmt_bytes(p.rss), "rss"), cell(fmt_duration(run), "time"), category,
         cell(p.state or NA, "state", state_style),
         # Text, never markup: a command line may contain "[/]" or escape sequences.
-        Text(tree_prefix + printable(command or NA), style=dim if invisible or not on_gpu else "",
-             no_wrap=True),
+        Text(tree_prefix + printable(_last_column(p, command, with_reason)),
+             style=dim if invisible or not on_gpu else "", no_wrap=True),
     )
     return TableRow(row_key(p), p.pid, p.create_time, p, cells)
+
+
+def _last_column(p: ProcessRow | HostProcess, command: str | None, with_reason: bool) -> str:
+    reason = getattr(p, "reason", "")
+    if with_reason and reason:
+        return f"{reason} · {command or NA}"
+    return command or NA
 
 
 def _pct(v: int | None) -> str:

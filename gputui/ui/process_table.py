@@ -38,8 +38,8 @@ def _fit(text: str, width: int, justify: str) -> str:
 class ProcessTable(CellCanvas, can_focus=True):
     DEFAULT_CSS = "ProcessTable { height: 1fr; }"
     BINDINGS = [
-        Binding("up,k", "move(-1)", "Up", show=False),
-        Binding("down,j", "move(1)", "Down", show=False),
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
         Binding("pagedown", "page(1)", "Page down", show=False),
         Binding("home", "move(-1000000)", "First", show=False),
@@ -67,8 +67,12 @@ class ProcessTable(CellCanvas, can_focus=True):
         self.sort_column = "gpu"
         self.sort_reverse = False
         self.empty_note = "no GPU processes"
+        self.tagged: set[str] = set()
+        self.last_label = "COMMAND"
+        self.min_last_width = _MIN_COMMAND
         self.header_style = Style(bold=True)
         self.cursor_style = Style(reverse=True)
+        self.tag_style = Style(bold=True, underline=True)
 
     # -- data --------------------------------------------------------------------------------------
 
@@ -110,7 +114,7 @@ class ProcessTable(CellCanvas, can_focus=True):
         def used() -> int:
             return sum(COLUMNS[i].width + _GAP for i in shown)
 
-        while drop and width - used() < _MIN_COMMAND:
+        while drop and width - used() < self.min_last_width:
             shown.remove(drop.pop(0))
         return [(i, COLUMNS[i].width) for i in shown] + [(len(COLUMNS) - 1, max(8, width - used()))]
 
@@ -121,7 +125,7 @@ class ProcessTable(CellCanvas, can_focus=True):
         header = Line()
         for i, w in layout:
             col = COLUMNS[i]
-            label = col.label
+            label = self.last_label if i == len(COLUMNS) - 1 else col.label
             if col.key == self.sort_column:
                 label += "▼" if self.sort_reverse != col.descending else "▲"  # ▼: biggest first
             header.add(_fit(label, w, col.justify) + " " * _GAP, self.header_style)
@@ -133,9 +137,12 @@ class ProcessTable(CellCanvas, can_focus=True):
             on_cursor = i == self.cursor
             line = Line()
             cells = self.rows[i].cells
+            tagged = self.rows[i].key in self.tagged
             for c, w in layout:
                 cell, col = cells[c], COLUMNS[c]
                 style = _style(cell.style)
+                if tagged:
+                    style = style + self.tag_style
                 if on_cursor:
                     style = style + self.cursor_style if focused else style + Style(underline=True)
                 line.add(_fit(cell.plain, w, col.justify), style)

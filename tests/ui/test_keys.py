@@ -51,8 +51,8 @@ def body(app: GpuTuiApp) -> list[str]:
 
 
 def shown_pids(app: GpuTuiApp) -> list[int]:
-    """The PID column of the drawn rows, top to bottom."""
-    return [int(line.split()[1]) for line in body(app)]
+    """The PID column of the drawn process rows, top to bottom (not the per-GPU "unaccounted" rows)."""
+    return [int(line.split()[1]) for line in body(app) if line.split()[1].isdigit()]
 
 
 def header_bar(app: GpuTuiApp) -> str:

@@ -18,7 +18,7 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _snap(snap_compare, size: tuple[int, int], *keys: str, gpus: int = 4) -> bool:  # type: ignore[no-untyped-def]
-    app = make_app(gpus=gpus)
+    app = make_app(gpus=gpus, unaccounted=True)
 
     async def run_before(pilot: Pilot) -> None:
         await first_frame(pilot, app)

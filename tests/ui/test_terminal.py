@@ -164,6 +164,10 @@ class DemoProcs:
     def cleanup(self) -> None:
         """Kill whatever is left (gputui itself is ended by its owner first), remove the directory."""
         for p in self.procs():
+            if self.devices_dir is None:  # found no trainer: any demo process names the directory
+                with contextlib.suppress(psutil.Error, KeyError):
+                    self.devices_dir = Path(p.environ()["GPUTUI_DEMO_DEVICES"])
+        for p in self.procs():
             with contextlib.suppress(psutil.Error):
                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
                     p.kill()  # psutil refuses to kill a reused PID

@@ -22,7 +22,8 @@ def trainer_pid(gpu: int) -> int:
 def _row(gp: GpuProcess) -> ProcessRow:
     if gp.pid == GHOST:
         return ProcessRow(gpu=gp.gpu, pid=gp.pid, kinds=gp.kinds, used_memory=gp.used_memory,
-                          sm_util=gp.sm_util, mem_util=gp.mem_util, visible=False)
+                          sm_util=gp.sm_util, mem_util=gp.mem_util, visible=False, category="nvml-only",
+                          reason="in NVML's list but not visible here")
     return ProcessRow(
         gpu=gp.gpu, pid=gp.pid, kinds=gp.kinds, used_memory=gp.used_memory, sm_util=gp.sm_util,
         mem_util=gp.mem_util, visible=True, user="alice" if gp.gpu % 2 == 0 else "bob", name="python",
@@ -44,8 +45,10 @@ def _hosts(gpus: int) -> tuple[HostProcess, ...]:
     return tuple(hosts)
 
 
-def snapshots(gpus: int = 4, seconds: int = 360, weird: bool = True) -> list[Snapshot]:
-    """`seconds` + 1 snapshots, one a second, of a job that has been running for a while."""
+def snapshots(gpus: int = 4, seconds: int = 360, weird: bool = True, unaccounted: bool = False
+              ) -> list[Snapshot]:
+    """`seconds` + 1 snapshots, one a second, of a job that has been running for a while. With
+    `unaccounted`, GPU 0 has 1.5 GiB that no process accounts for (the demo's leak), which adds a row."""
     demo = DemoSource(gpus=gpus, seed=0)
     demo.ghost_pid = GHOST
     pids = [trainer_pid(g) for g in range(gpus)]
@@ -65,14 +68,15 @@ def snapshots(gpus: int = 4, seconds: int = 360, weird: bool = True) -> list[Sna
         out.append(Snapshot(
             time=START + k, hostname="train-box-01", source="demo", driver_version="580.95.05",
             nvml_version="13.580.95.05", cuda_driver_version="13.0", gpus=reading.gpus,
-            processes=tuple(rows), unaccounted_memory=unaccounted_memory(reading.gpus, tuple(procs)),
+            processes=tuple(rows),
+            unaccounted_memory=unaccounted_memory(reading.gpus, tuple(procs)) if unaccounted else {},
             host_processes=hosts))
     return out
 
 
-def sampler(gpus: int = 4, seconds: int = 360, history: int = 360, weird: bool = True
-            ) -> tuple[ReplaySampler, list[Snapshot]]:
+def sampler(gpus: int = 4, seconds: int = 360, history: int = 360, weird: bool = True,
+            unaccounted: bool = False) -> tuple[ReplaySampler, list[Snapshot]]:
     """A ReplaySampler whose first `history` snapshots are meant to be put into the app's History
     before it starts (see `make_app`), so sparklines have five minutes behind them at once."""
-    snaps = snapshots(gpus, seconds, weird)
+    snaps = snapshots(gpus, seconds, weird, unaccounted)
     return ReplaySampler(snaps[history:]), snaps[:history]
