@@ -1,6 +1,9 @@
 """`make bench`: performance numbers as JSON, comparable across commits.
 
 sampler: one Sampler tick on the demo (8 GPUs, ~34 real processes), 100 ticks after a warm-up.
+holders: the /dev/nvidia* holder scan in a world of 1,000 real processes with ~24 open fds each, 20 of
+         them holding a stand-in device file: the steady-state tick, a full rescan, and for scale a plain
+         scan of every /proc/*/fd (and fuser / lsof when installed).
 tui:     `gputui --demo --demo-gpus 8` at 1 Hz in a 120x40 pseudo-terminal (TERM=xterm-256color, no
          COLORTERM, as over SSH), measured for 30 s after a 5 s warm-up: bytes/s written to the terminal,
          CPU % of one core (the whole process tree), peak RSS, time to the first full frame.
@@ -13,17 +16,22 @@ import fcntl
 import json
 import os
 import select
+import shutil
 import signal
 import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 
 from gputui.collect.demo import DemoSource
+from gputui.collect.holders import HolderScanner, device_paths
 from gputui.collect.sampler import Sampler
 
 
@@ -44,6 +52,93 @@ def bench_sampler(gpus: int = 8, ticks: int = 100) -> dict[str, float | int]:
             "tick_ms_median": round(statistics.median(times), 3),
             "tick_ms_p95": round(times[int(0.95 * len(times)) - 1], 3),
         }
+
+
+def _plain_scan(paths: frozenset[str]) -> int:
+    """The naive way: every /proc/*/fd, every link."""
+    found = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{name}/fd/{fd}") in paths:
+                    found += 1
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def _timed(fn: Callable[[], object], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    return round(statistics.median(times), 2)
+
+
+def bench_holders(processes: int = 1000, fds: int = 24, holders: int = 20) -> dict[str, object]:
+    root = Path(tempfile.mkdtemp(prefix="gputui-bench-"))
+    dev = root / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm"):
+        (dev / name).touch()
+    opened = []
+    for i in range(fds - 3):  # plus stdin, stdout, stderr
+        path = root / f"file{i}"
+        path.touch()
+        opened.append(os.open(path, os.O_RDONLY))
+    world: list[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(processes):
+            extra = [os.open(dev / f"nvidia{i % 4}", os.O_RDONLY)] if i < holders else []
+            # `sleep` inherits the descriptors: a cheap process with ~24 open files.
+            world.append(subprocess.Popen(["sleep", "3600"], pass_fds=[*opened, *extra],
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL))
+            for fd in extra:
+                os.close(fd)
+        clock = [0.0]
+        scanner = HolderScanner(dev, rescan_s=5.0, deep_every=1_000_000, monotonic=lambda: clock[0])
+        deep = HolderScanner(dev, rescan_s=5.0, deep_every=1, monotonic=lambda: clock[0])
+        scanner.scan()
+
+        def rescan(s: HolderScanner) -> None:
+            clock[0] += 10.0
+            s.scan()
+
+        rescan_ms = _timed(lambda: rescan(scanner), 5)
+        deep_ms = _timed(lambda: rescan(deep), 5)
+        tick_ms = _timed(scanner.scan, 50)
+        found = len(scanner.scan().holders)
+        paths = device_paths(dev)
+        result: dict[str, object] = {
+            "processes": len(os.listdir("/proc")),
+            "holders_found": found,
+            "tick_ms_median": tick_ms,
+            "rescan_ms_median": rescan_ms,  # every 5 s: descriptor lists, links only where they changed
+            "deep_rescan_ms_median": deep_ms,  # every 60 s: every link
+            "plain_scan_ms_median": _timed(lambda: _plain_scan(paths), 5),
+        }
+        targets = [str(dev / n) for n in sorted(os.listdir(dev))]
+        for tool, args in (("fuser", ["fuser", *targets]), ("lsof", ["lsof", "-w", *targets])):
+            if shutil.which(tool):
+                result[f"{tool}_ms_median"] = _timed(
+                    lambda a=args: subprocess.run(a, capture_output=True, check=False), 3)  # type: ignore[misc]
+        return result
+    finally:
+        for p in world:
+            p.kill()
+        for p in world:
+            p.wait()
+        for fd in opened:
+            os.close(fd)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _tree_cpu(proc: psutil.Process) -> float:
@@ -132,7 +227,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--measure", type=float, default=30.0, help="seconds measured in the terminal")
     args = ap.parse_args()
-    results = {"sampler": bench_sampler(), "tui": bench_tui(measure=args.measure)}
+    results = {"sampler": bench_sampler(), "holders": bench_holders(),
+               "tui": bench_tui(measure=args.measure)}
     json.dump(results, sys.stdout, indent=2)
     print()
     return 0

@@ -2,9 +2,14 @@
 
 This finds what nvidia-smi does not show: data-loader workers that outlived their trainer, processes in
 other containers, processes stuck in the driver. A naive scan of every /proc/*/fd costs ~50 ms at 1,000
-processes, so the scan is incremental: each tick looks only at PIDs it has not seen, re-checks the
-descriptors of known holders, and a full rescan every `rescan_s` seconds catches processes that opened
-a device after we first looked at them.
+processes (one readlink per descriptor), so the scan is incremental:
+
+- every tick: new PIDs are looked at in full; known holders have their device descriptors re-checked;
+- every `rescan_s`: every process's descriptor list is read again, and only a process whose list
+  changed since we last looked has its links read (a process that opened a device since then has a new
+  descriptor);
+- every `deep_every` rescans: a full scan with every link read, for the rare reuse of a closed
+  descriptor number.
 """
 
 from __future__ import annotations
@@ -49,48 +54,51 @@ def minor_of(path: str) -> int | None:
 
 
 class HolderScanner:
-    def __init__(self, devices_dir: Path, rescan_s: float = 5.0, proc: str = "/proc",
+    def __init__(self, devices_dir: Path, rescan_s: float = 5.0, deep_every: int = 12, proc: str = "/proc",
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.devices_dir = devices_dir
         self.rescan_s = rescan_s
+        self.deep_every = deep_every
         self.proc = proc
         self.monotonic = monotonic
         self._paths: frozenset[str] = frozenset()
-        self._seen: set[int] = set()  # PIDs looked at since the last full rescan
-        self._holders: dict[int, tuple[Holder, tuple[str, ...]]] = {}  # pid -> (holder, its fd numbers)
+        self._fd_lists: dict[int, int] = {}  # pid -> hash of its descriptor numbers when last looked at
+        self._holders: dict[int, tuple[Holder, tuple[str, ...]]] = {}  # pid -> (holder, its device fds)
         self._unreadable: set[int] = set()
         self._zombies: set[int] = set()
-        self._last_full: float | None = None
+        self._last_rescan: float | None = None
+        self._rescans = 0
 
     def scan(self) -> HolderScan:
         now = self.monotonic()
-        full = self._last_full is None or now - self._last_full >= self.rescan_s
-        if full:
-            self._last_full = now
-            self._paths = device_paths(self.devices_dir)  # device files may appear (driver load)
+        rescan = self._last_rescan is None or now - self._last_rescan >= self.rescan_s
+        deep = rescan and self._rescans % self.deep_every == 0
+        if rescan:
+            self._last_rescan = now
+            self._rescans += 1
+            self._paths = device_paths(self.devices_dir)  # device files may appear (a driver load)
         try:
             pids = {int(name) for name in os.listdir(self.proc) if name.isdigit()}
         except OSError:
             pids = set()
-        if full:
-            self._seen.clear()
+        for gone in [p for p in self._fd_lists if p not in pids]:
+            del self._fd_lists[gone]
+        for gone in [p for p in self._holders if p not in pids]:
+            del self._holders[gone]
+        self._unreadable &= pids
+        self._zombies &= pids
+        if deep:
+            self._fd_lists.clear()
             self._holders.clear()
             self._unreadable.clear()
             self._zombies.clear()
-        else:
-            for pid in list(self._holders):
-                if pid not in pids:
-                    del self._holders[pid]
-                else:
-                    self._recheck(pid)
-            self._seen &= pids
-            self._unreadable &= pids
-            self._zombies &= pids
-        for pid in pids - self._seen:
-            self._look(pid)
-        self._seen |= pids
+        for pid in pids:
+            if pid in self._holders and not rescan:
+                self._recheck(pid)
+            elif rescan or pid not in self._fd_lists:
+                self._look(pid)
         holders = {pid: h for pid, (h, _) in self._holders.items()}
-        return HolderScan(holders, frozenset(self._unreadable), full, frozenset(self._zombies))
+        return HolderScan(holders, frozenset(self._unreadable), rescan, frozenset(self._zombies))
 
     def _look(self, pid: int) -> None:
         fd_dir = f"{self.proc}/{pid}/fd"
@@ -98,14 +106,26 @@ class HolderScanner:
             fds = os.listdir(fd_dir)
         except PermissionError:
             self._unreadable.add(pid)
+            self._fd_lists[pid] = 0
             return
         except OSError:  # gone
             return
+        self._unreadable.discard(pid)
+        signature = hash(tuple(fds))
+        if self._fd_lists.get(pid) == signature and pid not in self._holders:
+            return  # the same descriptors as when we last read their links: no device among them
+        self._fd_lists[pid] = signature
+        self._holders.pop(pid, None)
         if not fds:  # a kernel thread, or a zombie: its descriptors were closed when it exited
             if self._is_zombie(pid):
                 self._zombies.add(pid)
             return
         self._record(pid, fd_dir, fds)
+
+    def _recheck(self, pid: int) -> None:
+        """A known holder: do its device descriptors still point at devices? (No full listing.)"""
+        _, fds = self._holders.pop(pid)
+        self._record(pid, f"{self.proc}/{pid}/fd", fds)
 
     def _is_zombie(self, pid: int) -> bool:
         try:
@@ -115,17 +135,13 @@ class HolderScanner:
             return False
         return stat[stat.rfind(b")") + 2:][:1] == b"Z"  # the state follows the command in parentheses
 
-    def _recheck(self, pid: int) -> None:
-        """A known holder: do its device descriptors still point at devices? (No full listing.)"""
-        _, fds = self._holders.pop(pid)
-        self._record(pid, f"{self.proc}/{pid}/fd", fds)
-
     def _record(self, pid: int, fd_dir: str, fds: list[str] | tuple[str, ...]) -> None:
-        paths = self._paths
+        paths, readlink = self._paths, os.readlink
         held: dict[str, str] = {}
+        prefix = fd_dir + "/"
         for fd in fds:
             try:
-                target = os.readlink(f"{fd_dir}/{fd}")
+                target = readlink(prefix + fd)
             except OSError:
                 continue
             if target in paths:

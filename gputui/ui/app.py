@@ -326,12 +326,13 @@ class GpuTuiApp(App[int]):
 
     def action_detail(self) -> None:
         row = self.query_one(ProcessTable).current
-        if row is not None:
+        if row is not None and row.process is not None:
             self.push_screen(DetailScreen(row, self.devices_dir))
 
     @on(ProcessTable.RowChosen)
     def _row_chosen(self, event: ProcessTable.RowChosen) -> None:
-        self.push_screen(DetailScreen(event.row, self.devices_dir))
+        if event.row.process is not None:  # not a GPU's "unaccounted memory" row
+            self.push_screen(DetailScreen(event.row, self.devices_dir))
 
     def action_pause(self) -> None:
         self.paused = not self.paused

@@ -15,6 +15,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from gputui.collect.procs import describe
+from gputui.collect.stacks import is_python, py_spy_dump
 from gputui.model import GpuSample, ProcessDetail
 from gputui.ui.process_rows import TableRow
 from gputui.units import NA, fmt_bytes, printable
@@ -60,11 +61,13 @@ class DetailScreen(ModalScreen[None]):
         self.row = row
         self.devices_dir = devices_dir
         self.detail: ProcessDetail | None = None
+        self.stack: str | None = None
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(Text(f"process {self.row.pid}", style="bold"), markup=False)
             yield Static(Text("reading /proc …", style="dim"), id="detail-body", markup=False)
+            yield Static("", id="detail-stack", markup=False)
 
     def on_mount(self) -> None:
         self._load()
@@ -73,10 +76,20 @@ class DetailScreen(ModalScreen[None]):
     def _load(self) -> None:
         detail = describe(self.row.pid, self.row.create_time, self.devices_dir)
         self.app.call_from_thread(self._show, detail)
+        p = self.row.process
+        if detail.error is None and p is not None and is_python(p.name, detail.command or p.command):
+            self.app.call_from_thread(self._show_stack, "reading the Python stacks with py-spy …")
+            self.app.call_from_thread(self._show_stack, py_spy_dump(self.row.pid))
 
     def _show(self, detail: ProcessDetail) -> None:
         self.detail = detail
         self.query_one("#detail-body", Static).update(render_detail(self.row, detail))
+
+    def _show_stack(self, text: str) -> None:
+        self.stack = text
+        body = Text("\nPython stacks (py-spy dump)\n", style="bold")
+        body.append("\n".join(printable(line) for line in text.splitlines()))
+        self.query_one("#detail-stack", Static).update(body)
 
 
 def render_detail(row: TableRow, d: ProcessDetail) -> Table:
