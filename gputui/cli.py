@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGHUP, _exit_on_signal)  # a dropped SSH connection: exit, never spin
+    # Also SIGINT: left to its default, asyncio would turn one that comes while the app starts into a
+    # task cancellation that Textual swallows, and gputui would keep running.
+    signal.signal(signal.SIGINT, _exit_on_signal)
     try:
         if args.once or args.json:
             return _oneshot(args)

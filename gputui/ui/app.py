@@ -153,12 +153,13 @@ class GpuTuiApp(App[int]):
         self.query_one(HeaderBar).interval = self.interval
         self.query_one(ProcessTable).focus()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGHUP, signal.SIGTERM):
+        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self._sample_loop()
 
     def _on_signal(self, sig: int) -> None:
-        """SIGHUP (the SSH connection dropped) or SIGTERM: leave now, never spin on a dead terminal."""
+        """SIGHUP (the SSH connection dropped), SIGTERM or SIGINT (`kill -INT`; Ctrl-C in the terminal is a
+        key, not a signal, while the app runs): leave now, never spin on a dead terminal."""
         self._stop_sampling()
         self.exit(128 + sig)
         # If the terminal is gone, exiting may hang on a write: make sure the process still ends.
