@@ -41,11 +41,12 @@ class HolderScan:
 
 def device_paths(devices_dir: Path) -> frozenset[str]:
     """The device files to look for, as the fd symlinks name them."""
+    real = os.path.realpath(devices_dir)  # the fd links name the resolved, absolute path
     try:
-        names = os.listdir(devices_dir)
+        names = os.listdir(real)
     except OSError:
         return frozenset()
-    return frozenset(str(devices_dir / n) for n in names if _DEVICE.match(n))
+    return frozenset(os.path.join(real, n) for n in names if _DEVICE.match(n))
 
 
 def minor_of(path: str) -> int | None:
@@ -76,7 +77,10 @@ class HolderScanner:
         if rescan:
             self._last_rescan = now
             self._rescans += 1
-            self._paths = device_paths(self.devices_dir)  # device files may appear (a driver load)
+            paths = device_paths(self.devices_dir)  # device files may appear (a driver load)
+            if paths != self._paths:
+                self._fd_lists.clear()  # an unchanged descriptor list may now hold a new device
+                self._paths = paths
         try:
             pids = {int(name) for name in os.listdir(self.proc) if name.isdigit()}
         except OSError:
@@ -126,6 +130,8 @@ class HolderScanner:
         """A known holder: do its device descriptors still point at devices? (No full listing.)"""
         _, fds = self._holders.pop(pid)
         self._record(pid, f"{self.proc}/{pid}/fd", fds)
+        if pid not in self._holders and self._is_zombie(pid):  # it exited: defunct until reaped
+            self._zombies.add(pid)
 
     def _is_zombie(self, pid: int) -> bool:
         try:

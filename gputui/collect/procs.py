@@ -222,7 +222,7 @@ def device_files(pid: int, devices_dir: Path) -> tuple[str, ...] | None:
     """The nvidia device files under `devices_dir` that `pid` holds open; None if /proc/PID/fd is not
     readable (another user's process, unless we are root)."""
     fd_dir = f"/proc/{pid}/fd"
-    prefix = str(devices_dir).rstrip("/") + "/nvidia"
+    prefix = os.path.realpath(devices_dir) + "/nvidia"  # fd links name resolved paths
     try:
         fds = os.listdir(fd_dir)
     except (PermissionError, FileNotFoundError, ProcessLookupError):

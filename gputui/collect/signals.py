@@ -116,8 +116,10 @@ def send(targets: Iterable[Target], sig_name: str, include_children: bool = Fals
     sig = SIGNALS[sig_name]
     outcomes = []
     for target in targets:
-        for t in ([*children_of(target), target] if include_children else [target]):
-            outcomes.append(_send_one(t, sig_name, sig))
+        # The target itself is vetted first: the children of a refused target are never touched.
+        vetted = refusal(target) is None and not isinstance(_matches(target), str)
+        family = [*children_of(target), target] if include_children and vetted else [target]
+        outcomes.extend(_send_one(t, sig_name, sig) for t in family)
     return outcomes
 
 
