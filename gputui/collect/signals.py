@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from gputui.units import printable
+
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "SIGKILL": signal.SIGKILL}
 _CREATE_TIME_SLACK = 0.05  # psutil rounds start times to clock ticks
 
@@ -89,7 +91,7 @@ def target_for(pid: int) -> Target | None:
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
-            return Target(pid, proc.create_time(), " ".join(proc.cmdline()) or proc.name())
+            return Target(pid, proc.create_time(), printable(" ".join(proc.cmdline()) or proc.name()))
     except psutil.Error:
         return None
 
@@ -106,7 +108,7 @@ def children_of(target: Target) -> list[Target]:
         return []
     for kid in reversed(kids):
         try:
-            out.append(Target(kid.pid, kid.create_time(), " ".join(kid.cmdline()) or kid.name()))
+            out.append(Target(kid.pid, kid.create_time(), printable(" ".join(kid.cmdline()) or kid.name())))
         except psutil.Error:
             continue
     return out

@@ -361,6 +361,11 @@ class GpuTuiApp(App[int]):
         # --readonly: no signal can be sent, and the footer does not offer one.
         return not (self.readonly and action in ("kill", "escalate", "tag"))
 
+    def on_key(self, event: Key) -> None:
+        if self.readonly and event.key in ("k", "f9", "K", "space"):
+            event.stop()  # the bindings are off (check_action): say why nothing happens
+            self.say("read-only (--readonly): signals are disabled", "warning")
+
     def say(self, message: str, severity: str = "information") -> None:
         self.query_one(StatusLine).say(message, severity)
 
@@ -393,7 +398,8 @@ class GpuTuiApp(App[int]):
         rows = [r for r in rows if r not in hidden]
         if not rows:
             return
-        entries, notes = [], []
+        entries: dict[int, Entry] = {}  # by pid: a defunct row's parent may be tagged as well
+        notes = []
         for row in rows:
             assert row.process is not None
             if row.process.state == "zombie":
@@ -401,14 +407,14 @@ class GpuTuiApp(App[int]):
                 notes.append(f"{row.pid} is defunct: it has already exited and no signal can end it; "
                              "only its parent can reap it." + (f" Its parent {parent.pid} is offered instead."
                                                                if parent else " Its parent is gone."))
-                if parent is not None and parent.pid not in {e.target.pid for e in entries}:
-                    entries.append(Entry(parent, "", "parent", "-"))
+                if parent is not None:
+                    entries.setdefault(parent.pid, Entry(parent, "", "parent", "-"))
             else:
-                entries.append(entry_of(row))
+                entries[row.pid] = entry_of(row)
         if not entries:
             self.say(" ".join(notes), "warning")
             return
-        self.push_screen(KillScreen(entries, " ".join(notes)), self._confirmed)
+        self.push_screen(KillScreen(list(entries.values()), " ".join(notes)), self._confirmed)
 
     def _confirmed(self, request: KillRequest | None) -> None:
         if request is None:

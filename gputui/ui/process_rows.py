@@ -39,7 +39,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("cpu", "CPU%", 5, lambda p: p.cpu_percent, descending=True),
     Column("rss", "RSS", 9, lambda p: p.rss, descending=True),
     Column("time", "TIME", 6, lambda p: p.create_time),  # oldest start first: longest running first
-    Column("category", "CLASS", 10, lambda p: getattr(p, "category", ""), justify="left"),
+    Column("category", "CLASS", 11, lambda p: getattr(p, "category", ""), justify="left"),
     Column("state", "STATE", 8, lambda p: p.state or "", justify="left"),
     Column("command", "COMMAND", 400, lambda p: p.command or "", justify="left"),
 )

@@ -70,6 +70,7 @@ class DetailScreen(ModalScreen[None]):
             yield Static("", id="detail-stack", markup=False)
 
     def on_mount(self) -> None:
+        self.query_one("#detail-stack").display = False  # until there is a Python stack to show
         self._load()
 
     @work(thread=True, exclusive=True)
@@ -89,7 +90,9 @@ class DetailScreen(ModalScreen[None]):
         self.stack = text
         body = Text("\nPython stacks (py-spy dump)\n", style="bold")
         body.append("\n".join(printable(line) for line in text.splitlines()))
-        self.query_one("#detail-stack", Static).update(body)
+        stack = self.query_one("#detail-stack", Static)
+        stack.update(body)
+        stack.display = True
 
 
 def render_detail(row: TableRow, d: ProcessDetail) -> Table:
