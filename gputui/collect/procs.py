@@ -58,14 +58,49 @@ def _ns_pid(pid: int) -> int | None:
     return None
 
 
+_STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "Z": "zombie", "T": "stopped",
+           "t": "tracing-stop", "X": "dead", "I": "idle", "W": "waking", "P": "parked"}
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True, slots=True)
+class _Stat:
+    """The fields of /proc/PID/stat a tick needs: one read instead of psutil's several."""
+
+    state: str
+    ppid: int
+    cpu_ticks: int  # user + system time
+    start_ticks: int  # since boot: with the PID, the identity of a process
+    rss: int
+
+
+def _read_stat(pid: int) -> _Stat | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command (field 2) is in parentheses and may contain anything: split after the last ")".
+    rest = data[data.rfind(b")") + 2:].split()
+    try:
+        state = rest[0].decode()
+        return _Stat(_STATES.get(state, state), int(rest[1]), int(rest[11]) + int(rest[12]), int(rest[19]),
+                     int(rest[21]) * _PAGE_SIZE)
+    except (IndexError, ValueError):
+        return None
+
+
 @dataclass
 class _Known:
-    proc: psutil.Process
+    start_ticks: int
     create_time: float | None
     user: str | None
     name: str | None
     command: str | None
     ns_pid: int | None
+    cpu_ticks: int
+    read_at: float
     seen_before: bool = False
     idle_since: float | None = None
 
@@ -172,50 +207,47 @@ class ProcessJoiner:
         return tuple(hosts)
 
     def lookup(self, pid: int) -> HostInfo | None:
-        """What psutil can see of `pid`, or None if it is not visible here (gone, other namespace)."""
+        """What the host can see of `pid`, or None if it is not visible here (gone, other namespace).
+        Each tick costs one read of /proc/PID/stat; user and command line are read once (psutil)."""
+        stat = _read_stat(pid)
+        if stat is None:
+            self._known.pop(pid, None)
+            return None
+        now = self.monotonic()
         known = self._known.get(pid)
-        # is_running() compares create times: a reused PID is a new process, not the one we knew.
-        if known is not None and not _running(known.proc):
-            known = None
-        try:
+        if known is None or known.start_ticks != stat.start_ticks:  # new, or the PID was reused
+            known = self._first_sight(pid, stat, now)
             if known is None:
-                proc = psutil.Process(pid)
-                with proc.oneshot():
-                    cmdline = _maybe(proc.cmdline)
-                    name = _maybe(proc.name)
-                    known = self._known[pid] = _Known(
-                        proc, _maybe(proc.create_time), _maybe(proc.username), name,
-                        " ".join(cmdline) if cmdline else (f"[{name}]" if name else None), _ns_pid(pid))
-            with known.proc.oneshot():
-                return self._read(known)
+                return None
+            cpu = None  # the first reading has nothing to compare with: unknown, not 0 %
+        else:
+            elapsed = now - known.read_at
+            cpu = 100.0 * (stat.cpu_ticks - known.cpu_ticks) / _CLOCK_TICKS / elapsed if elapsed > 0 else 0.0
+            known.cpu_ticks, known.read_at = stat.cpu_ticks, now
+            if cpu > 0.0:
+                known.idle_since = None
+            elif known.idle_since is None:
+                known.idle_since = now
+        return HostInfo(
+            user=known.user, name=known.name, command=known.command, cpu_percent=cpu, rss=stat.rss,
+            create_time=known.create_time, state=stat.state, ppid=stat.ppid, ns_pid=known.ns_pid,
+            idle_s=None if known.idle_since is None else now - known.idle_since,
+        )
+
+    def _first_sight(self, pid: int, stat: _Stat, now: float) -> _Known | None:
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                cmdline = _maybe(proc.cmdline)
+                name = _maybe(proc.name)
+                known = _Known(stat.start_ticks, _maybe(proc.create_time), _maybe(proc.username), name,
+                               " ".join(cmdline) if cmdline else (f"[{name}]" if name else None),
+                               _ns_pid(pid), stat.cpu_ticks, now, idle_since=now)
         except (psutil.NoSuchProcess, ValueError):
             self._known.pop(pid, None)
             return None
-
-    def _read(self, known: _Known) -> HostInfo:
-        proc = known.proc
-        mem = _maybe(proc.memory_info)
-        cpu = _maybe(proc.cpu_percent)
-        # The first reading of a process has nothing to compare with: unknown, not 0 %.
-        first, known.seen_before = not known.seen_before, True
-        now = self.monotonic()
-        if first or cpu != 0.0:
-            known.idle_since = None if not first else now
-        elif known.idle_since is None:
-            known.idle_since = now
-        return HostInfo(
-            user=known.user, name=known.name, command=known.command,
-            cpu_percent=None if first else cpu, rss=mem.rss if mem is not None else None,
-            create_time=known.create_time, state=_maybe(proc.status), ppid=_maybe(proc.ppid),
-            ns_pid=known.ns_pid, idle_s=None if known.idle_since is None else now - known.idle_since,
-        )
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running()
-    except psutil.Error:
-        return False
+        self._known[pid] = known
+        return known
 
 
 def device_files(pid: int, devices_dir: Path) -> tuple[str, ...] | None:

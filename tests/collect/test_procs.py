@@ -147,9 +147,9 @@ def test_a_reused_pid_is_a_new_process_simulated(spawn: Callable[..., subprocess
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """NVML keeps reporting pid P; meanwhile the process we knew as P ended and P went to another one.
 
-    Simulated: once the first process has ended, `psutil.Process(P)` (as the joiner calls it) returns a
-    second real process. The joiner must describe that one at once, not the first from its cache, and
-    must not compute a %CPU across the two.
+    Simulated: once the first process has ended, `psutil.Process(P)` and /proc/P/stat (as the joiner
+    reads them) describe a second real process. The joiner must describe that one at once, not the first
+    from its cache, and must not compute a %CPU across the two.
     """
     old = spawn("old-job")
     time.sleep(CREATE_TIME_TICK)
@@ -160,6 +160,8 @@ def test_a_reused_pid_is_a_new_process_simulated(spawn: Callable[..., subprocess
     shim = types.SimpleNamespace(**{k: getattr(psutil, k) for k in dir(psutil) if not k.startswith("__")})
     shim.Process = lambda p: real_process(target.get(p, p))
     monkeypatch.setattr(procs_module, "psutil", shim)
+    real_read_stat = procs_module._read_stat
+    monkeypatch.setattr(procs_module, "_read_stat", lambda p: real_read_stat(target.get(p, p)))
 
     joiner = ProcessJoiner()
     _rows(joiner, [_gp(pid)])
