@@ -189,8 +189,26 @@ def _related(procs: list[ProcessRow], hosts: tuple[HostProcess, ...]) -> list[Ho
     return [h for h in hosts if h.pid in parents or descends(h)]
 
 
+_ROW_CACHE: dict[tuple[object, ...], TableRow] = {}
+_ROW_CACHE_MAX = 4096
+
+
 def _row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style],
          with_reason: bool = False) -> TableRow:
+    """A table row, from the cache when nothing it shows has changed: most rows (workers, idle
+    holders) are the same tick after tick, and building their cells is most of a refresh."""
+    run = fmt_duration(now - p.create_time) if p.create_time else None
+    key = (p, run, tree_prefix, with_reason, tuple(styles.items()))
+    row = _ROW_CACHE.get(key)
+    if row is None:
+        if len(_ROW_CACHE) >= _ROW_CACHE_MAX:
+            _ROW_CACHE.clear()
+        row = _ROW_CACHE[key] = _make_row(p, now, tree_prefix, styles, with_reason)
+    return row
+
+
+def _make_row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style],
+              with_reason: bool) -> TableRow:
     on_gpu = isinstance(p, ProcessRow)
     dim = styles.get("dim", Style(dim=True))
     invisible = on_gpu and not p.visible
