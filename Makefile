@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TORCH_VERSION ?= 2.13.0
 
 .PHONY: setup demo run test lint bench screenshots clean
 
@@ -10,6 +11,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# CPU torch for the agent's tests (on these machines this exact version is a local CPU build).
+	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION) || echo "torch not installed: its tests will skip"
 	touch $(STAMP)
 
 setup: $(STAMP)

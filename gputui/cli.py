@@ -85,7 +85,34 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def run_command(argv: list[str]) -> int:
+    """`gputui run -- COMMAND ...`: COMMAND (and every Python process it starts, torchrun's ranks
+    included) runs with the gputui agent."""
+    import gputui
+
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        print("gputui run: error: no command (usage: gputui run -- python train.py ARGS)", file=sys.stderr)
+        return 2
+    package_parent = Path(gputui.__file__).resolve().parent.parent
+    autostart = package_parent / "gputui" / "agent" / "autostart"
+    env = dict(os.environ, GPUTUI_AGENT="1")
+    # First our sitecustomize; last gputui itself, so the agent imports even from another interpreter.
+    paths = [str(autostart), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), str(package_parent)]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as err:
+        print(f"gputui run: cannot run {argv[0]}: {err.strerror}", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        return run_command(argv[1:])
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGHUP, _exit_on_signal)  # a dropped SSH connection: exit, never spin

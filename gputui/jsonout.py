@@ -18,7 +18,7 @@ def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
         value = getattr(snap, f.name)
         if f.name in ("gpus", "processes"):
             value = [_plain(dataclasses.asdict(item)) for item in value]
-        elif f.name == "unaccounted_memory":
+        elif f.name in ("unaccounted_memory", "agents"):
             value = {str(k): v for k, v in value.items()}
         elif f.name == "errors":
             value = list(value)
@@ -41,6 +41,7 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
             cuda_driver_version=data["cuda_driver_version"], gpus=gpus, processes=procs,
             unaccounted_memory={int(k): v for k, v in data["unaccounted_memory"].items()},
             errors=tuple(data["errors"]), unreadable_fds=data["unreadable_fds"],
+            agents={int(k): v for k, v in data.get("agents", {}).items()},
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"not a gputui snapshot: {err}") from None

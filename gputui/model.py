@@ -7,6 +7,7 @@ driver, no permission, the process vanished, ...). Nothing here imports Textual,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -136,6 +137,8 @@ class Snapshot:
     host_processes: tuple[HostProcess, ...] = ()
     # Processes whose /proc/PID/fd could not be read: device holders among them are not shown.
     unreadable_fds: int = 0
+    # pid -> the stats reply of the gputui agent running in that process (gputui.agent), as sent.
+    agents: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def processes_on(self, gpu: int | None) -> tuple[ProcessRow, ...]:
         return tuple(p for p in self.processes if p.gpu == gpu)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from gputui.collect.agents import AgentPoller
 from gputui.collect.history import History
 from gputui.collect.holders import HolderScanner
 from gputui.collect.procs import ProcessJoiner
@@ -22,7 +23,8 @@ class Sampler:
     def __init__(self, source: GpuSource, slow_interval: float = 5.0, history: History | None = None,
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic,
-                 devices_dir: Path | None = None, scan_holders: bool = True) -> None:
+                 devices_dir: Path | None = None, scan_holders: bool = True,
+                 agents: AgentPoller | None = None) -> None:
         self.source = source
         self.slow_interval = slow_interval
         # Kept here for consumers without a UI thread; the TUI keeps its own, on its own thread.
@@ -36,6 +38,7 @@ class Sampler:
         self.devices_dir = devices_dir  # None: the source's (/dev, or the demo's stand-ins)
         self.scan_holders = scan_holders
         self._scanner: HolderScanner | None = None
+        self.agents = agents if agents is not None else AgentPoller()
         self._last_slow: float | None = None
         self._lock = threading.Lock()  # open() may be started early on another thread
         self._closed = False
@@ -90,6 +93,7 @@ class Sampler:
             errors=reading.errors,
             host_processes=hosts,
             unreadable_fds=len(scan.unreadable) if scan else 0,
+            agents=self.agents.poll(),
         )
         if self.history is not None:
             self.history.add(snap)

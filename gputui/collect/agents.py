@@ -1,0 +1,77 @@
+"""The monitor's side of the agent protocol: find the agents of this user and ask them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from gputui.agent import protocol
+
+TIMEOUT_S = 0.5
+
+
+def request(path: Path, message: dict[str, Any], timeout: float = TIMEOUT_S) -> dict[str, Any]:
+    """One request, one reply. Raises OSError or protocol.ProtocolError."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(protocol.encode(message))
+        data = b""
+        while b"\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            if len(data) > 16 * protocol.MAX_MESSAGE:
+                raise protocol.ProtocolError("reply too large")
+    return protocol.decode(data.split(b"\n", 1)[0])
+
+
+def discover(directory: Path | None = None) -> dict[int, Path]:
+    """pid -> socket of each agent whose process is alive; sockets of dead processes are removed."""
+    directory = directory or protocol.runtime_dir()
+    found: dict[int, Path] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return found
+    for name in names:
+        stem = name.removesuffix(protocol.SUFFIX)
+        if not name.endswith(protocol.SUFFIX) or not stem.isdigit():
+            continue
+        pid, path = int(stem), directory / name
+        if os.path.exists(f"/proc/{pid}"):
+            found[pid] = path
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()  # the process died without cleaning up (SIGKILL)
+    return found
+
+
+class AgentPoller:
+    """Asks every agent for its stats; the sampler calls it once a tick."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = directory
+
+    def poll(self) -> dict[int, dict[str, Any]]:
+        out = {}
+        for pid, path in discover(self.directory).items():
+            try:
+                reply = request(path, {"op": "stats"})
+            except (OSError, protocol.ProtocolError):
+                continue
+            if reply.get("ok"):
+                out[pid] = reply
+        return out
+
+    def act(self, pid: int, op: str, **params: Any) -> dict[str, Any]:
+        """An action on one agent (record_history, dump_snapshot, empty_cache): the reply, or an error."""
+        path = protocol.socket_path(pid, self.directory or protocol.runtime_dir())
+        try:
+            return request(path, {"op": op, **params}, timeout=30.0)
+        except (OSError, protocol.ProtocolError) as err:
+            return {"ok": False, "error": str(err)}
