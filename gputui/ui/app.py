@@ -21,6 +21,7 @@ from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
 from gputui.collect import signals
+from gputui.collect.agents import AgentPoller
 from gputui.collect.history import History
 from gputui.collect.replay import ReplaySampler
 from gputui.collect.sampler import Sampler
@@ -28,6 +29,7 @@ from gputui.collect.signals import Target
 from gputui.collect.source import SourceUnavailable
 from gputui.model import ProcessRow, Snapshot
 from gputui.ui import partial_updates
+from gputui.ui.allocator import AllocatorScreen
 from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
 from gputui.ui.kill import Entry, KillRequest, KillScreen, entry_of
@@ -88,6 +90,7 @@ class GpuTuiApp(App[int]):
         Binding("plus", "faster", "Faster", key_display="+", show=False),
         Binding("minus", "slower", "Slower", key_display="-", show=False),
         Binding("z", "zombies", "Zombies"),
+        Binding("a", "allocator", "Allocator"),
         Binding("k,f9", "kill", "Kill", key_display="k"),
         Binding("space", "tag", "Tag", show=False),
         Binding("K", "escalate", "SIGKILL", show=False),
@@ -102,6 +105,7 @@ class GpuTuiApp(App[int]):
         ("space", "tag / untag the highlighted process (k then signals every tagged one)"),
         ("k / F9", "send a signal (SIGTERM, SIGINT or SIGKILL) after confirmation"),
         ("K", "SIGKILL the processes still alive 5 s after a signal"),
+        ("a", "PyTorch allocator panel of a process running the gputui agent (◆ next to its pid)"),
         ("p", "pause / resume sampling"),
         ("+ / -", "sample faster / slower"),
         ("?", "this help"),
@@ -234,6 +238,8 @@ class GpuTuiApp(App[int]):
             header.redraw()
             self.query_one(GpuPanes).show(snap)
             self._refresh_table()
+            if isinstance(self.screen, AllocatorScreen):
+                self.screen.update(snap)
             status = self.query_one(StatusLine)
             if status.unreadable != snap.unreadable_fds:
                 status.unreadable = snap.unreadable_fds
@@ -332,8 +338,23 @@ class GpuTuiApp(App[int]):
 
     @on(ProcessTable.RowChosen)
     def _row_chosen(self, event: ProcessTable.RowChosen) -> None:
-        if event.row.process is not None:  # not a GPU's "unaccounted memory" row
+        if event.row.process is None:  # a GPU's "unaccounted memory" row
+            return
+        if self.snapshot is not None and event.row.pid in self.snapshot.agents:
+            self.action_allocator()  # a process with an agent: its allocator is the interesting part
+        else:
             self.push_screen(DetailScreen(event.row, self.devices_dir))
+
+    def action_allocator(self) -> None:
+        row = self.query_one(ProcessTable).current
+        if row is None or self.snapshot is None:
+            return
+        if row.pid not in self.snapshot.agents:
+            self.say(f"{row.pid} runs no gputui agent: start it with `gputui run -- python train.py` or "
+                     "`import gputui.agent; gputui.agent.start()`", "warning")
+            return
+        poller = getattr(self.sampler, "agents", None) or AgentPoller()
+        self.push_screen(AllocatorScreen(row.pid, poller, self.snapshot))
 
     def action_pause(self) -> None:
         self.paused = not self.paused
@@ -469,6 +490,8 @@ class GpuTuiApp(App[int]):
         yield SystemCommand("Sample faster", "Shorter refresh interval", self.action_faster)
         yield SystemCommand("Sample slower", "Longer refresh interval", self.action_slower)
         yield SystemCommand("Zombies", "Only the suspicious processes, with reasons", self.action_zombies)
+        yield SystemCommand("Allocator", "PyTorch allocator of the highlighted process",
+                            self.action_allocator)
         if not self.readonly:
             yield SystemCommand("Kill", "Signal the highlighted or tagged processes", self.action_kill)
 

@@ -101,7 +101,7 @@ def _ordered(procs: list[Any], view: View) -> list[Any]:
 
 
 def build_rows(snap: Snapshot, view: View, styles: dict[str, Style] | None = None) -> list[TableRow]:
-    styles = styles or {}
+    styles = {**(styles or {}), "agents": frozenset(snap.agents)}  # type: ignore[dict-item]
     procs = [p for p in snap.processes
              if (view.gpu is None or p.gpu == view.gpu) and matches(p, view.filter)
              and (not view.zombies or p.category in SUSPICIOUS)]
@@ -237,7 +237,9 @@ def _make_row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles:
     run = now - p.create_time if p.create_time else None
     user = p.user or ("-" if invisible else NA)
     cells = (
-        gpu_cells[0], cell(str(p.pid), "pid"), cell(user, "user"), *gpu_cells[1:],
+        # ◆: the process runs the gputui agent (`a` opens its allocator panel).
+        gpu_cells[0], cell(("◆" if p.pid in styles.get("agents", ()) else "") + str(p.pid), "pid"),  # type: ignore[operator]
+        cell(user, "user"), *gpu_cells[1:],
         cell(f"{p.cpu_percent:.1f}" if p.cpu_percent is not None else NA, "cpu"),
         cell(fmt_bytes(p.rss), "rss"), cell(fmt_duration(run), "time"), category,
         cell(p.state or NA, "state", state_style),

@@ -50,3 +50,26 @@ def test_detail(snap_compare) -> None:  # type: ignore[no-untyped-def]
 
 def test_tree(snap_compare) -> None:  # type: ignore[no-untyped-def]
     assert _snap(snap_compare, (120, 40), "t")
+
+
+def test_allocator_panel(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """The allocator panel of a process whose agent answers (a recorded-shape reply, tests/fixtures)."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from gputui.collect.replay import ReplaySampler
+
+    reply = json.loads((Path(__file__).parent.parent / "fixtures" / "agent_stats_cuda.json").read_text())
+    app = make_app(gpus=4)
+    replay = app.sampler
+    assert isinstance(replay, ReplaySampler)
+    replay.snapshots = [dataclasses.replace(s, agents={4101: reply}) for s in replay.snapshots]
+
+    async def run_before(pilot: Pilot) -> None:
+        await first_frame(pilot, app)
+        await pilot.press("a")
+        for _ in range(3):
+            await pilot.pause(0.05)
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)

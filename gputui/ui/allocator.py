@@ -1,0 +1,173 @@
+"""The allocator panel: PyTorch's CUDA caching allocator in one process, through its gputui agent."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from gputui.collect.agents import AgentPoller
+from gputui.model import Snapshot
+from gputui.ui.screens import MODAL_CSS
+from gputui.ui.spark import glyph
+from gputui.units import NA, fmt_bytes, printable
+
+HISTORY = 120  # samples of allocated/reserved kept per device while the panel is open
+_ACTIONS = {
+    "h": ("record_history", "start/stop recording allocation history (it slows allocations a little)"),
+    "s": ("dump_snapshot", "write a memory snapshot file (open it at https://pytorch.org/memory_viz)"),
+    "e": ("empty_cache", "release the cached, unused blocks (torch.cuda.empty_cache())"),
+}
+
+
+def _spark(values: list[float], scale: float) -> str:
+    return "".join(glyph(100.0 * v / scale if scale else None) for v in values)
+
+
+def segment_map(fill: list[float], width: int = 60) -> str:
+    """One character per segment (or group of segments): how full it is."""
+    if not fill:
+        return NA
+    step = max(1, -(-len(fill) // width))
+    groups = [fill[i:i + step] for i in range(0, len(fill), step)]
+    return "".join(glyph(100.0 * sum(g) / len(g)) for g in groups)
+
+
+class AllocatorScreen(ModalScreen[None]):
+    DEFAULT_CSS = MODAL_CSS
+    BINDINGS = [
+        Binding("escape,q,a", "dismiss", "Close"),
+        Binding("h", "act('h')", "History on/off"),
+        Binding("s", "act('s')", "Dump snapshot"),
+        Binding("e", "act('e')", "empty_cache"),
+    ]
+
+    def __init__(self, pid: int, poller: AgentPoller, snapshot: Snapshot) -> None:
+        super().__init__()
+        self.pid = pid
+        self.poller = poller
+        self.snapshot = snapshot
+        self.history: dict[int, deque[tuple[int, int]]] = {}
+        self.first: dict[int, dict[str, Any]] = {}  # the counters when the panel opened
+        self.previous: dict[int, dict[str, Any]] = {}
+        self.recording = False
+        self.armed: str | None = None  # the action key pressed once: a second press runs it
+        self.message = "h: history on/off · s: dump a snapshot · e: empty_cache (press twice to confirm)"
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(id="allocator", markup=False)
+
+    def on_mount(self) -> None:
+        self.update(self.snapshot)
+
+    def update(self, snap: Snapshot) -> None:
+        """A new snapshot (the app forwards each one while the panel is open)."""
+        self.snapshot = snap
+        reply = snap.agents.get(self.pid)
+        devices = (reply or {}).get("allocator", {}).get("devices", [])
+        for d in devices:
+            index = d.get("index", 0)
+            self.history.setdefault(index, deque(maxlen=HISTORY)).append(
+                (d.get("allocated") or 0, d.get("reserved") or 0))
+            self.first.setdefault(index, dict(d))
+        self.query_one("#allocator", Static).update(self.render_panel(reply))
+        self.previous = {d.get("index", 0): d for d in devices}
+
+    def render_panel(self, reply: dict[str, Any] | None) -> Table:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column()
+        grid.add_row(Text(f"PyTorch allocator · pid {self.pid}", style="bold"), Text(""))
+        if reply is None:
+            grid.add_row("agent", Text("not answering (the process ended, or its agent stopped)",
+                                       style="red"))
+            return grid
+        alloc = reply.get("allocator", {})
+        grid.add_row("torch / CUDA", Text(f"{alloc.get('torch') or NA} / {alloc.get('cuda') or NA}"
+                                          f"  backend {alloc.get('allocator_backend') or NA}"))
+        grid.add_row("ALLOC_CONF", Text(printable(alloc.get("alloc_conf") or "(unset)")))
+        progress = reply.get("progress", {})
+        if progress.get("steps_per_s") is not None:
+            share = progress.get("data_wait_share")
+            grid.add_row("training", Text(f"{progress['steps_per_s']:.2f} steps/s · "
+                                          f"{100 * share:.0f}% of step time waiting for data"
+                                          if share is not None else f"{progress['steps_per_s']:.2f} steps/s"))
+        if not alloc.get("cuda_initialized"):
+            grid.add_row("CUDA", Text("not initialized in this process (yet)", style="dim"))
+        nvml = sum(p.used_memory or 0 for p in self.snapshot.processes if p.pid == self.pid and p.kinds)
+        for d in alloc.get("devices", []):
+            self._device(grid, d, nvml if len(alloc.get("devices", [])) == 1 else None)
+        for event in alloc.get("oom_events", [])[-3:]:
+            grid.add_row(Text("OOM", style="bold red"), Text(
+                f"device {event.get('device')}: asked {fmt_bytes(event.get('requested'))}, "
+                f"{fmt_bytes(event.get('free'))} free", style="red"))
+        grid.add_row("", Text(self.message, style="yellow" if self.armed else "dim"))
+        return grid
+
+    def _device(self, grid: Table, d: dict[str, Any], nvml: int | None) -> None:
+        index = d.get("index", 0)
+        grid.add_row(Text(f"cuda:{index}", style="bold"), Text(""))
+        points = list(self.history.get(index, ()))
+        scale = max([r for _, r in points] + [d.get("reserved_peak") or 0]) or 1
+        for label, i in (("allocated", 0), ("reserved", 1)):
+            grid.add_row(label, Text(f"{_spark([p[i] for p in points], scale)}  {fmt_bytes(d.get(label))} "
+                                     f"(peak {fmt_bytes(d.get(label + '_peak'))})"))
+        frag = d.get("fragmentation")
+        grid.add_row("cached, unused", Text(
+            f"{fmt_bytes(d.get('reserved_unallocated'))}"
+            f" · non-releasable {fmt_bytes(d.get('inactive_split'))}"
+            f" · fragmentation {f'{frag:.0f}%' if frag is not None else NA}"
+            f" · largest free block {fmt_bytes(d.get('largest_free_block'))}"))
+        counters = Text()
+        for key, label in (("num_alloc_retries", "retries"), ("num_ooms", "OOMs"),
+                           ("num_device_alloc", "cudaMalloc"), ("num_device_free", "cudaFree"),
+                           ("num_sync_all_streams", "syncs")):
+            value = d.get(key)
+            grew = value is not None and value > (self.previous.get(index, {}).get(key) or 0)
+            bad = key in ("num_alloc_retries", "num_ooms") and grew
+            counters.append(f"{label} {value if value is not None else NA}", style="bold red" if bad else "")
+            since = (value or 0) - (self.first.get(index, {}).get(key) or 0)
+            if since and key in ("num_alloc_retries", "num_ooms"):
+                counters.append(f" (+{since})", style="red")
+            counters.append("  ")
+        grid.add_row("counters", counters)
+        grid.add_row("segments", Text(f"{d.get('segments', NA)}  {segment_map(d.get('segment_fill') or [])}"))
+        if nvml is not None and d.get("reserved") is not None:
+            grid.add_row("outside torch", Text(
+                f"{fmt_bytes(max(0, nvml - d['reserved']))} (NVML's {fmt_bytes(nvml)} for this process"
+                " minus reserved: CUDA context, NCCL, other libraries)"))
+
+    def action_act(self, key: str) -> None:
+        op, description = _ACTIONS[key]
+        if self.armed != key:
+            self.armed = key
+            self.message = f"press {key} again to {description} in process {self.pid}; any other key cancels"
+            self.update(self.snapshot)
+            return
+        self.armed = None
+        params: dict[str, Any] = {}
+        if op == "record_history":
+            self.recording = not self.recording
+            params["enabled"] = self.recording
+        self.message = f"{op} …"
+        self.update(self.snapshot)
+        self._run(op, params)
+
+    @work(thread=True, exclusive=True)
+    def _run(self, op: str, params: dict[str, Any]) -> None:
+        reply = self.poller.act(self.pid, op, **params)
+        text = reply.get("message") or reply.get("error") or str(reply)
+        self.app.call_from_thread(self._done, f"{op}: {text}" if reply.get("ok") else f"{op} failed: {text}")
+
+    def _done(self, message: str) -> None:
+        self.message = printable(message)
+        self.update(self.snapshot)
