@@ -109,10 +109,31 @@ def run_command(argv: list[str]) -> int:
     return 0  # not reached
 
 
+def agent_command(argv: list[str]) -> int:
+    """`gputui agent install|uninstall|status`: the GPUTUI_AGENT=1 hook of this Python environment."""
+    from gputui.agent import hook
+
+    action = argv[0] if len(argv) == 1 else ""
+    if action == "install":
+        print(f"installed {hook.install()}: Python processes started with GPUTUI_AGENT=1 run the agent")
+    elif action == "uninstall":
+        removed = hook.uninstall()
+        print(f"removed {removed}" if removed else "no hook was installed")
+    elif action == "status":
+        path = hook.hook_path()
+        print(f"{'installed' if path.exists() else 'not installed'}: {path}")
+    else:
+        print("gputui agent: error: use `gputui agent install`, `uninstall` or `status`", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["run"]:
         return run_command(argv[1:])
+    if argv[:1] == ["agent"]:
+        return agent_command(argv[1:])
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGHUP, _exit_on_signal)  # a dropped SSH connection: exit, never spin

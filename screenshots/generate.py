@@ -7,6 +7,7 @@ minutes of history are sampled in a moment, so every picture has full sparklines
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -28,15 +29,20 @@ class Clock:
         return self.t
 
 
-async def shoot(name: str, size: tuple[int, int], gpus: int, keys: tuple[str, ...] = ()) -> None:
+async def shoot(name: str, size: tuple[int, int], gpus: int, keys: tuple[str, ...] = (),
+                agent: bool = False) -> None:
     clock = Clock()
     sampler = Sampler(DemoSource(gpus=gpus, seed=0, clock=clock, start_at=600.0), clock=clock,
                       monotonic=clock)
+    if agent:  # the demo's trainer 0 "runs" an agent: a reply recorded in tests/fixtures
+        sampler.agents = _RecordedAgent(sampler)  # type: ignore[assignment]
     app = GpuTuiApp(sampler, interval=1.0)
     sampler.open()
     try:
         for _ in range(HISTORY_S):
-            app.history.add(sampler.tick())
+            snap = sampler.tick()
+            app.history.add(snap)
+            app.agent_history.add(snap)
             clock.t += 1.0
         async with app.run_test(size=size) as pilot:
             while app.frames < 1:
@@ -51,6 +57,21 @@ async def shoot(name: str, size: tuple[int, int], gpus: int, keys: tuple[str, ..
     print(f"screenshots/{name}.svg")
 
 
+class _RecordedAgent:
+    """Answers for trainer 0 with the recorded reply of a CUDA training process."""
+
+    def __init__(self, sampler: Sampler) -> None:
+        self.sampler = sampler
+        self.reply = json.loads((OUT.parent / "tests" / "fixtures" / "agent_stats_cuda.json").read_text())
+
+    def poll(self) -> dict[int, dict[str, object]]:
+        trainers = getattr(self.sampler.source, "trainers", [])
+        return {trainers[0].pid: self.reply} if trainers else {}
+
+    def act(self, pid: int, op: str, **params: object) -> dict[str, object]:
+        return {"ok": False, "error": "a recorded agent takes no actions"}
+
+
 async def main() -> None:
     os.environ.setdefault("TZ", "UTC")
     time.tzset()
@@ -58,6 +79,7 @@ async def main() -> None:
     await shoot("compact-80x24", (80, 24), gpus=4)
     await shoot("detail", (120, 40), gpus=4, keys=("enter",))
     await shoot("help", (120, 40), gpus=4, keys=("question_mark",))
+    await shoot("allocator", (120, 40), gpus=4, keys=("a",), agent=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,26 @@ from gputui.ui.screens import MODAL_CSS
 from gputui.ui.spark import glyph
 from gputui.units import NA, fmt_bytes, printable
 
-HISTORY = 120  # samples of allocated/reserved kept per device while the panel is open
+HISTORY = 300  # samples of allocated/reserved kept per (pid, device)
+
+
+class AgentHistory:
+    """allocated/reserved over time for every agent, kept by the app so a panel opens with a past."""
+
+    def __init__(self) -> None:
+        self.series: dict[tuple[int, int], deque[tuple[int, int]]] = {}
+
+    def add(self, snap: Snapshot) -> None:
+        for pid, reply in snap.agents.items():
+            for d in (reply.get("allocator") or {}).get("devices", []):
+                key = (pid, d.get("index", 0))
+                self.series.setdefault(key, deque(maxlen=HISTORY)).append(
+                    (d.get("allocated") or 0, d.get("reserved") or 0))
+        for key in [k for k in self.series if k[0] not in snap.agents]:
+            del self.series[key]  # the process or its agent is gone
+
+    def points(self, pid: int, device: int) -> list[tuple[int, int]]:
+        return list(self.series.get((pid, device), ()))
 _ACTIONS = {
     "h": ("record_history", "start/stop recording allocation history (it slows allocations a little)"),
     "s": ("dump_snapshot", "write a memory snapshot file (open it at https://pytorch.org/memory_viz)"),
@@ -50,12 +69,12 @@ class AllocatorScreen(ModalScreen[None]):
         Binding("e", "act('e')", "empty_cache"),
     ]
 
-    def __init__(self, pid: int, poller: AgentPoller, snapshot: Snapshot) -> None:
+    def __init__(self, pid: int, poller: AgentPoller, snapshot: Snapshot, history: AgentHistory) -> None:
         super().__init__()
         self.pid = pid
         self.poller = poller
         self.snapshot = snapshot
-        self.history: dict[int, deque[tuple[int, int]]] = {}
+        self.history = history
         self.first: dict[int, dict[str, Any]] = {}  # the counters when the panel opened
         self.previous: dict[int, dict[str, Any]] = {}
         self.recording = False
@@ -75,10 +94,7 @@ class AllocatorScreen(ModalScreen[None]):
         reply = snap.agents.get(self.pid)
         devices = (reply or {}).get("allocator", {}).get("devices", [])
         for d in devices:
-            index = d.get("index", 0)
-            self.history.setdefault(index, deque(maxlen=HISTORY)).append(
-                (d.get("allocated") or 0, d.get("reserved") or 0))
-            self.first.setdefault(index, dict(d))
+            self.first.setdefault(d.get("index", 0), dict(d))
         self.query_one("#allocator", Static).update(self.render_panel(reply))
         self.previous = {d.get("index", 0): d for d in devices}
 
@@ -116,7 +132,7 @@ class AllocatorScreen(ModalScreen[None]):
     def _device(self, grid: Table, d: dict[str, Any], nvml: int | None) -> None:
         index = d.get("index", 0)
         grid.add_row(Text(f"cuda:{index}", style="bold"), Text(""))
-        points = list(self.history.get(index, ()))
+        points = self.history.points(self.pid, index)[-60:]
         scale = max([r for _, r in points] + [d.get("reserved_peak") or 0]) or 1
         for label, i in (("allocated", 0), ("reserved", 1)):
             grid.add_row(label, Text(f"{_spark([p[i] for p in points], scale)}  {fmt_bytes(d.get(label))} "

@@ -29,7 +29,7 @@ from gputui.collect.signals import Target
 from gputui.collect.source import SourceUnavailable
 from gputui.model import ProcessRow, Snapshot
 from gputui.ui import partial_updates
-from gputui.ui.allocator import AllocatorScreen
+from gputui.ui.allocator import AgentHistory, AllocatorScreen
 from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
 from gputui.ui.kill import Entry, KillRequest, KillScreen, entry_of
@@ -122,6 +122,7 @@ class GpuTuiApp(App[int]):
         self.mouse = mouse
         self._devices_dir = devices_dir
         self.history = History(capacity=900)
+        self.agent_history = AgentHistory()
         self.view = View()
         self.paused = False
         self.snapshot: Snapshot | None = None
@@ -230,6 +231,7 @@ class GpuTuiApp(App[int]):
         first = self.snapshot is None
         self.snapshot = snap
         self.history.add(snap)
+        self.agent_history.add(snap)
         with self.batch_update():
             if first:
                 self._choose_layout(self.size.width, self.size.height)
@@ -354,7 +356,7 @@ class GpuTuiApp(App[int]):
                      "`import gputui.agent; gputui.agent.start()`", "warning")
             return
         poller = getattr(self.sampler, "agents", None) or AgentPoller()
-        self.push_screen(AllocatorScreen(row.pid, poller, self.snapshot))
+        self.push_screen(AllocatorScreen(row.pid, poller, self.snapshot, self.agent_history))
 
     def action_pause(self) -> None:
         self.paused = not self.paused

@@ -15,9 +15,10 @@ from gputui.agent import server
 from gputui.agent.server import Agent
 
 
-def stop_agent(agent: Agent) -> None:
+def stop_agent(agent: Agent, join: bool = False) -> None:
+    """Stop it; its thread leaves within the half second of its select() (join: wait for that)."""
     agent.stop()
-    if agent._thread is not None:
+    if join and agent._thread is not None:
         agent._thread.join(timeout=3)
 
 
