@@ -1,6 +1,7 @@
 """`make bench`: performance numbers as JSON, comparable across commits.
 
 sampler: one Sampler tick on the demo (8 GPUs, ~34 real processes), 100 ticks after a warm-up.
+agent:   the in-process agent's CPU cost when gputui polls it once a second.
 holders: the /dev/nvidia* holder scan in a world of 1,000 real processes with ~24 open fds each, 20 of
          them holding a stand-in device file: the steady-state tick, a full rescan, and for scale a plain
          scan of every /proc/*/fd (and fuser / lsof when installed).
@@ -141,6 +142,53 @@ def bench_holders(processes: int = 1000, fds: int = 24, holders: int = 20) -> di
         shutil.rmtree(root, ignore_errors=True)
 
 
+def bench_agent(seconds: float = 10.0) -> dict[str, object]:
+    """CPU of a process running the agent (torch imported, a DataLoader stepping) while gputui polls
+    it once a second, against the same process not polled."""
+    script = ("import time, torch, gputui.agent\n"
+              "from torch.utils.data import DataLoader\n"
+              "gputui.agent.start()\n"
+              "end = time.time() + 3600\n"
+              "while time.time() < end:\n"
+              "    for _ in DataLoader(range(64), batch_size=8):\n"
+              "        time.sleep(0.05)\n")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return {"skipped": "torch is not installed"}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        from gputui.collect.agents import AgentPoller, discover
+
+        deadline = time.monotonic() + 30
+        while proc.pid not in discover() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ps = psutil.Process(proc.pid)
+        time.sleep(2.0)
+
+        def cpu() -> float:
+            t = ps.cpu_times()
+            return t.user + t.system
+
+        c0 = cpu()
+        time.sleep(seconds)
+        idle = (cpu() - c0) / seconds * 100
+        poller = AgentPoller()
+        c0, t0 = cpu(), time.monotonic()
+        polls = 0
+        while time.monotonic() - t0 < seconds:
+            polls += len(poller.poll())
+            time.sleep(1.0)
+        polled = (cpu() - c0) / (time.monotonic() - t0) * 100
+        return {"polls": polls, "process_cpu_percent_not_polled": round(idle, 2),
+                "process_cpu_percent_polled_1hz": round(polled, 2),
+                "agent_cost_percent_of_core": round(polled - idle, 2)}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def _tree_cpu(proc: psutil.Process) -> float:
     total = 0.0
     for p in [proc, *proc.children(recursive=True)]:
@@ -227,7 +275,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--measure", type=float, default=30.0, help="seconds measured in the terminal")
     args = ap.parse_args()
-    results = {"sampler": bench_sampler(), "holders": bench_holders(),
+    results = {"sampler": bench_sampler(), "holders": bench_holders(), "agent": bench_agent(),
                "tui": bench_tui(measure=args.measure)}
     json.dump(results, sys.stdout, indent=2)
     print()

@@ -109,7 +109,8 @@ def test_runtime_dir_ignores_a_missing_xdg_dir(monkeypatch: pytest.MonkeyPatch, 
     assert protocol.runtime_dir() == Path(f"/tmp/gputui-{os.getuid()}")
 
 
-def test_runtime_dir_of_another_uid_never_uses_our_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_runtime_dir_of_another_uid_never_uses_our_xdg(monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     other = os.getuid() + 1
     assert protocol.runtime_dir(other) == Path(f"/tmp/gputui-{other}")
