@@ -54,11 +54,10 @@ class Progress:
 
         def __next__(it: Any) -> Any:
             start = progress.clock()
-            try:
-                return original(it)
-            finally:
-                end = progress.clock()
-                progress.record(end, end - start)
+            batch = original(it)  # StopIteration (end of epoch) and errors are not batches
+            end = progress.clock()
+            progress.record(end, end - start)
+            return batch
 
         base.__next__ = __next__
         self._patched = (base, original)

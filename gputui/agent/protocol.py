@@ -58,10 +58,10 @@ def decode(line: bytes) -> dict[str, Any]:
         raise ProtocolError("message too large")
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ProtocolError(f"not JSON: {err}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:  # deep nesting recurses
+        raise ProtocolError(f"not JSON: {type(err).__name__}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("not a JSON object")
-    if obj.get("v") != VERSION:
+    if type(obj.get("v")) is not int or obj.get("v") != VERSION:  # not True, not 1.0
         raise ProtocolError(f"unsupported protocol version {obj.get('v')!r} (this side speaks {VERSION})")
     return obj

@@ -74,7 +74,7 @@ class TorchStats:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._segments: dict[int, tuple[float, dict[str, Any]]] = {}
+        self._snapshot: tuple[float, Any] | None = None  # (when, memory_snapshot()): all devices
         self._ooms: list[dict[str, Any]] = []
         self._observer = False
         self._lock = threading.Lock()
@@ -114,16 +114,16 @@ class TorchStats:
         if "reserved" in d and "allocated" in d:
             d["reserved_unallocated"] = d["reserved"] - d["allocated"]
         now = self.clock()
-        cached = self._segments.get(device)
-        if cached is None or now - cached[0] >= SNAPSHOT_EVERY_S:
-            snap = _quiet(lambda: torch.cuda.memory_snapshot())
-            cached = (now, segments_summary(snap, device) if snap is not None else {})
-            self._segments[device] = cached
-        d.update(cached[1])
+        if self._snapshot is None or now - self._snapshot[0] >= SNAPSHOT_EVERY_S:
+            self._snapshot = (now, _quiet(lambda: torch.cuda.memory_snapshot()))  # one walk, all devices
+        if self._snapshot[1] is not None:
+            d.update(segments_summary(self._snapshot[1], device))
         free = d.get("reserved_unallocated")
-        if free and d.get("largest_free_block") is not None:
-            # How far the free memory is from one usable block: 0 % = all in one piece.
-            d["fragmentation"] = round(100.0 * (1 - d["largest_free_block"] / free), 1)
+        if free is not None and d.get("largest_free_block") is not None:
+            # The snapshot may be a few seconds older than the counters: never more free than free.
+            d["largest_free_block"] = min(d["largest_free_block"], free)
+            if free:  # how far the free memory is from one usable block: 0 % = all in one piece
+                d["fragmentation"] = round(100.0 * (1 - d["largest_free_block"] / free), 1)
         return d
 
     def _attach_oom_observer(self, torch: Any) -> None:

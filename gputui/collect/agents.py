@@ -62,7 +62,7 @@ class AgentPoller:
         for pid, path in discover(self.directory).items():
             try:
                 reply = request(path, {"op": "stats"})
-            except (OSError, protocol.ProtocolError):
+            except Exception:  # anything a process may answer on that socket must not stop a tick
                 continue
             if reply.get("ok"):
                 out[pid] = reply

@@ -80,8 +80,6 @@ def test_protocol_error_is_a_value_error() -> None:
     assert issubclass(ProtocolError, ValueError)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: decode() lets RecursionError out for deeply nested JSON "
-                   "(json.loads raises RecursionError, which is not a ValueError) instead of ProtocolError")
 def test_deeply_nested_json_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError):
         decode(b"[" * 50_000)

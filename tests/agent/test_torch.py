@@ -237,17 +237,12 @@ def test_snapshot_at_most_once_per_period(fake: FakeTorch) -> None:
     assert fake.calls["memory_snapshot"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (cost): the snapshot cache is per device, so memory_snapshot(), "
-                   "which walks every block of every device, runs once per device per period")
 def test_snapshot_once_per_period_with_several_devices(fake: FakeTorch) -> None:
     fake.stats = {i: full_stats() for i in range(4)}
     TorchStats(clock=FakeClock()).collect()
     assert fake.calls["memory_snapshot"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: fragmentation mixes fresh memory_stats with a snapshot cached "
-                   "for up to SNAPSHOT_EVERY_S: when memory was allocated since, largest_free_block exceeds "
-                   "reserved_unallocated and fragmentation goes negative (-300 % here)")
 def test_fragmentation_stays_a_percentage_between_snapshots(fake: FakeTorch) -> None:
     clock = FakeClock()
     stats = TorchStats(clock=clock)
@@ -430,8 +425,6 @@ def test_an_exception_in_the_loader_is_timed_and_passed_on(progress: Progress) -
     progress.uninstall()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the wrapper records in `finally`, so the __next__ that raises "
-                   "StopIteration at the end of every epoch (and any failed fetch) is counted as a batch")
 def test_end_of_epoch_is_not_a_batch(progress: Progress) -> None:
     progress.install()
     for _ in range(2):  # two epochs of 5
