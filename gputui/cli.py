@@ -128,18 +128,100 @@ def agent_command(argv: list[str]) -> int:
     return 0
 
 
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def _source_flags(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--demo", action="store_true", help="simulated GPUs with real child processes")
+    ap.add_argument("--demo-gpus", type=_gpu_count, default=4, metavar="N", help="GPUs in the demo (1-16)")
+    ap.add_argument("--seed", type=int, default=0, help="the demo's random seed")
+    ap.add_argument("--devices-dir", type=_directory, metavar="DIR", help="where the nvidia device files are")
+
+
+def record_command(argv: list[str]) -> int:
+    """`gputui record FILE`: snapshots as JSON Lines (or CSV) until --duration, Ctrl-C or SIGTERM."""
+    ap = _Parser(prog="gputui record", description="Record snapshots without the UI.")
+    ap.add_argument("file", type=Path)
+    ap.add_argument("--interval", type=_interval, default=1.0, metavar="S")
+    ap.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
+    ap.add_argument("--max-size", type=_positive, metavar="MB", help="rotate the file at this size")
+    ap.add_argument("--csv", action="store_true", help="nvidia-smi-style CSV columns instead of JSON Lines")
+    _source_flags(ap)
+    args = ap.parse_args(argv)
+    if not args.file.parent.is_dir():
+        ap.error(f"no such directory: {args.file.parent}")
+    from gputui.collect.sampler import Sampler
+    from gputui.record import Recorder
+
+    recorder = Recorder(args.file, as_csv=args.csv,
+                        max_bytes=int(args.max_size * 1e6) if args.max_size else None)
+    end = time.monotonic() + args.duration if args.duration else None
+    try:
+        with Sampler(make_source(args), devices_dir=args.devices_dir) as sampler:
+            while end is None or time.monotonic() < end:
+                recorder.write(sampler.tick())
+                wait = args.interval if end is None else min(args.interval, end - time.monotonic())
+                if wait > 0:
+                    time.sleep(wait)
+    finally:
+        recorder.close()
+    print(f"gputui record: {recorder.written} snapshots in {args.file}", file=sys.stderr)
+    return 0
+
+
+def replay_command(argv: list[str]) -> int:
+    ap = _Parser(prog="gputui replay", description="Open the TUI on a recording (JSON Lines).")
+    ap.add_argument("file", type=Path)
+    ap.add_argument("--speed", type=_positive, default=1.0, help="playback speed (2 = twice as fast)")
+    ap.add_argument("--no-mouse", action="store_true")
+    args = ap.parse_args(argv)
+    from gputui.record import read_recording
+
+    try:
+        snaps, bad = read_recording(args.file)
+    except OSError as err:
+        print(f"gputui replay: cannot read {args.file}: {err.strerror}", file=sys.stderr)
+        return 2
+    if not snaps:
+        print(f"gputui replay: {args.file} holds no gputui snapshot (JSON Lines from `gputui record`)",
+              file=sys.stderr)
+        return 2
+    from gputui.collect.replay import ReplaySampler
+    from gputui.ui.app import GpuTuiApp
+
+    spacing = (snaps[-1].time - snaps[0].time) / max(1, len(snaps) - 1) if len(snaps) > 1 else 1.0
+    app = GpuTuiApp(ReplaySampler(snaps), interval=max(0.05, spacing / args.speed),
+                    mouse=not args.no_mouse, readonly=True, replay=True)
+    if bad:
+        app.notes.append(f"{bad} lines of {args.file} were not snapshots and were skipped")
+    code = app.run(mouse=not args.no_mouse)
+    return code if code is not None else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["run"]:
-        return run_command(argv[1:])
-    if argv[:1] == ["agent"]:
-        return agent_command(argv[1:])
+    commands = {"run": run_command, "agent": agent_command, "record": record_command,
+                "replay": replay_command}
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        # SystemExit unwinds through `finally`: a recording is closed, the demo's children go.
+        # (SIGINT too: left to asyncio, one that comes while the app starts would be swallowed.)
+        signal.signal(sig, _exit_on_signal)
+    if argv[:1] and argv[0] in commands:
+        try:
+            return commands[argv[0]](argv[1:])
+        except SourceUnavailable as err:
+            print(f"gputui: {err}; {NO_DRIVER_HINT}", file=sys.stderr)
+            return EXIT_NO_SOURCE
+        except KeyboardInterrupt:
+            return 130
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    signal.signal(signal.SIGHUP, _exit_on_signal)  # a dropped SSH connection: exit, never spin
-    # Also SIGINT: left to its default, asyncio would turn one that comes while the app starts into a
-    # task cancellation that Textual swallows, and gputui would keep running.
-    signal.signal(signal.SIGINT, _exit_on_signal)
     try:
         if args.once or args.json:
             return _oneshot(args)

@@ -40,9 +40,7 @@ async def shoot(name: str, size: tuple[int, int], gpus: int, keys: tuple[str, ..
     sampler.open()
     try:
         for _ in range(HISTORY_S):
-            snap = sampler.tick()
-            app.history.add(snap)
-            app.agent_history.add(snap)
+            app.ingest(sampler.tick())
             clock.t += 1.0
         async with app.run_test(size=size) as pilot:
             while app.frames < 1:

@@ -39,8 +39,17 @@ class ReplaySampler:
 
     def tick(self) -> Snapshot:
         snap = self.snapshots[min(self.position, len(self.snapshots) - 1)]
-        self.position += 1
+        self.position = min(self.position + 1, len(self.snapshots))
         return snap
+
+    def seek(self, delta: int) -> int:
+        """Move the play position by `delta` snapshots; the new position (snapshots already played)."""
+        self.position = max(1, min(len(self.snapshots), self.position + delta))
+        return self.position
+
+    @property
+    def played(self) -> list[Snapshot]:
+        return self.snapshots[: self.position]
 
     def close(self) -> None:
         pass

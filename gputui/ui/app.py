@@ -22,6 +22,7 @@ from textual.worker import get_current_worker
 
 from gputui.collect import signals
 from gputui.collect.agents import AgentPoller
+from gputui.collect.dips import DipDetector
 from gputui.collect.history import History
 from gputui.collect.replay import ReplaySampler
 from gputui.collect.sampler import Sampler
@@ -30,6 +31,7 @@ from gputui.collect.source import SourceUnavailable
 from gputui.model import ProcessRow, Snapshot
 from gputui.ui import partial_updates
 from gputui.ui.allocator import AgentHistory, AllocatorScreen
+from gputui.ui.events import EventsScreen
 from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
 from gputui.ui.kill import Entry, KillRequest, KillScreen, entry_of
@@ -43,6 +45,7 @@ INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 SORT_CYCLE = ("gpu", "gpu_mem", "sm", "cpu", "rss", "time", "pid", "user")
 MIN_TABLE_ROWS = 10
 ESCALATE_AFTER_S = 5.0
+ZOOMS = (300.0, 900.0, 1800.0, 3600.0)
 DEFAULT_THEME = "textual-dark"
 
 
@@ -68,7 +71,7 @@ class FilterInput(Input):
             event.stop()
             self.value = ""
             self.display = False
-            self.app.set_focus(self.app.query_one(ProcessTable))
+            self.app.set_focus(self.screen.query_one(ProcessTable))
 
 
 class GpuTuiApp(App[int]):
@@ -91,6 +94,13 @@ class GpuTuiApp(App[int]):
         Binding("minus", "slower", "Slower", key_display="-", show=False),
         Binding("z", "zombies", "Zombies"),
         Binding("a", "allocator", "Allocator"),
+        Binding("e", "events", "Events"),
+        Binding("left_square_bracket", "zoom(-1)", "Zoom in", key_display="[", show=False),
+        Binding("right_square_bracket", "zoom(1)", "Zoom out", key_display="]", show=False),
+        Binding("comma", "seek(-10)", "Back 10", key_display=",", show=False),
+        Binding("full_stop", "seek(10)", "Forward 10", key_display=".", show=False),
+        Binding("less_than_sign", "seek(-60)", "Back 60", key_display="<", show=False),
+        Binding("greater_than_sign", "seek(60)", "Forward 60", key_display=">", show=False),
         Binding("k,f9", "kill", "Kill", key_display="k"),
         Binding("space", "tag", "Tag", show=False),
         Binding("K", "escalate", "SIGKILL", show=False),
@@ -106,6 +116,9 @@ class GpuTuiApp(App[int]):
         ("k / F9", "send a signal (SIGTERM, SIGINT or SIGKILL) after confirmation"),
         ("K", "SIGKILL the processes still alive 5 s after a signal"),
         ("a", "PyTorch allocator panel of a process running the gputui agent (◆ next to its pid)"),
+        ("e", "events: every utilization dip (when, how long, how deep, why) and per-GPU dip rates"),
+        ("[ / ]", "zoom the sparklines in / out (5 min, 15 min, 30 min, 1 h)"),
+        (", / .  < / >", "replay only: seek back / forward 10 or 60 samples (p pauses)"),
         ("p", "pause / resume sampling"),
         ("+ / -", "sample faster / slower"),
         ("?", "this help"),
@@ -114,7 +127,7 @@ class GpuTuiApp(App[int]):
     ]
 
     def __init__(self, sampler: Sampler | ReplaySampler, interval: float = 1.0, mouse: bool = True,
-                 devices_dir: Path | None = None, readonly: bool = False) -> None:
+                 devices_dir: Path | None = None, readonly: bool = False, replay: bool = False) -> None:
         super().__init__()
         partial_updates.install()
         self.sampler = sampler
@@ -123,6 +136,9 @@ class GpuTuiApp(App[int]):
         self._devices_dir = devices_dir
         self.history = History(capacity=900)
         self.agent_history = AgentHistory()
+        self.dips = DipDetector()
+        self.replay = replay
+        self.notes: list[str] = []  # said on the status line once the first frame is up
         self.view = View()
         self.paused = False
         self.snapshot: Snapshot | None = None
@@ -144,19 +160,26 @@ class GpuTuiApp(App[int]):
     # -- layout ------------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield HeaderBar(id="header")
-        yield GpuPanes(self.history, id="panes")
-        yield ProcessTable(id="procs")
-        yield StatusLine(id="status")
-        yield FilterInput(placeholder="filter: pid, user or command", id="filter")
+        # Kept as attributes: app.query_one() searches the *active* screen, which is a modal while help,
+        # detail or a dialog is open, and snapshots keep coming meanwhile.
+        self.header = HeaderBar(id="header")
+        self.panes = GpuPanes(self.history, id="panes")
+        self.table = ProcessTable(id="procs")
+        self.status = StatusLine(id="status")
+        self.filter_box = FilterInput(placeholder="filter: pid, user or command", id="filter")
+        yield self.header
+        yield self.panes
+        yield self.table
+        yield self.status
+        yield self.filter_box
         yield Footer()
 
     def on_mount(self) -> None:
         self._apply_palette()
         self.theme_changed_signal.subscribe(self, lambda _theme: self._apply_palette())
-        self.query_one(GpuPanes).interval = self.interval
-        self.query_one(HeaderBar).interval = self.interval
-        self.query_one(ProcessTable).focus()
+        self.panes.interval = self.interval
+        self.header.interval = self.interval
+        self.table.focus()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
@@ -180,11 +203,11 @@ class GpuTuiApp(App[int]):
 
     def _apply_palette(self) -> None:
         palette = Palette.from_theme(self.current_theme)
-        for canvas in (self.query_one(HeaderBar), self.query_one(GpuPanes), self.query_one(StatusLine)):
+        for canvas in (self.header, self.panes, self.status):
             canvas.palette = palette
             canvas.redraw()
         self._row_styles = {"dim": palette.dim, "error": palette.error, "warning": palette.warning}
-        table = self.query_one(ProcessTable)
+        table = self.table
         table.header_style, table.cursor_style = palette.header, palette.cursor
         self._refresh_table()
 
@@ -195,7 +218,7 @@ class GpuTuiApp(App[int]):
         n = len(self.snapshot.gpus) if self.snapshot else 0
         room = height - 3 - MIN_TABLE_ROWS  # header, footer, table header
         compact = width < 100 or n * FULL_LINES + 1 > room
-        self.query_one(GpuPanes).set_mode(compact)
+        self.panes.set_mode(compact)
 
     # -- sampling (a single long-lived thread) -----------------------------------------------------
 
@@ -227,29 +250,45 @@ class GpuTuiApp(App[int]):
             self.notify(message.error, severity="error", markup=False)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
-        snap = message.snapshot
-        first = self.snapshot is None
-        self.snapshot = snap
+        self.ingest(message.snapshot)
+        self._show(message.snapshot)
+
+    def ingest(self, snap: Snapshot) -> None:
+        """What is kept of every snapshot: the history behind the sparklines, dips, agent history."""
         self.history.add(snap)
         self.agent_history.add(snap)
+        self.dips.add(snap)
+
+    def _show(self, snap: Snapshot) -> None:
+        first = self.snapshot is None
+        self.snapshot = snap
+        panes = self.panes
+        dips: dict[int, list[tuple[float, float]]] = {}
+        for d in (*self.dips.dips, *self.dips.ongoing(snap.time)):
+            if snap.time - d.end <= panes.window * 2:
+                dips.setdefault(d.gpu, []).append((d.start, d.end))
+        panes.dips = dips
         with self.batch_update():
             if first:
                 self._choose_layout(self.size.width, self.size.height)
-            header = self.query_one(HeaderBar)
+                for note in self.notes:
+                    self.say(note, "warning")
+            header = self.header
             header.snapshot = snap
+            header.replay = self._replay_position()
             header.redraw()
-            self.query_one(GpuPanes).show(snap)
+            panes.show(snap)
             self._refresh_table()
-            if isinstance(self.screen, AllocatorScreen):
+            if isinstance(self.screen, (AllocatorScreen, EventsScreen)):
                 self.screen.update(snap)
-            status = self.query_one(StatusLine)
+            status = self.status
             if status.unreadable != snap.unreadable_fds:
                 status.unreadable = snap.unreadable_fds
                 status.redraw()
         self.frames += 1
 
     def _refresh_table(self) -> None:
-        table = self.query_one(ProcessTable)
+        table = self.table
         table.sort_column, table.sort_reverse = self.view.sort, self.view.reverse
         table.tagged = self.tagged
         table.last_label = "REASON · COMMAND" if self.view.zombies else "COMMAND"
@@ -301,7 +340,7 @@ class GpuTuiApp(App[int]):
                 self._set_view(sort=key, reverse=False)
 
     def action_filter(self) -> None:
-        box = self.query_one(FilterInput)
+        box = self.filter_box
         box.display = True
         box.focus()
 
@@ -311,9 +350,9 @@ class GpuTuiApp(App[int]):
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self, event: Input.Submitted) -> None:
-        box = self.query_one(FilterInput)
+        box = self.filter_box
         box.display = bool(event.value.strip())
-        self.query_one(ProcessTable).focus()
+        self.table.focus()
 
     def action_tree(self) -> None:
         tree = not self.view.tree
@@ -328,13 +367,13 @@ class GpuTuiApp(App[int]):
             self.push_screen(GpuChooser(self.snapshot.gpus), self._select_gpu)
 
     def _select_gpu(self, gpu: int | None) -> None:
-        panes = self.query_one(GpuPanes)
+        panes = self.panes
         panes.selected_gpu = gpu
         panes.redraw()
         self._set_view(gpu=gpu)
 
     def action_detail(self) -> None:
-        row = self.query_one(ProcessTable).current
+        row = self.table.current
         if row is not None and row.process is not None:
             self.push_screen(DetailScreen(row, self.devices_dir))
 
@@ -348,7 +387,7 @@ class GpuTuiApp(App[int]):
             self.push_screen(DetailScreen(event.row, self.devices_dir))
 
     def action_allocator(self) -> None:
-        row = self.query_one(ProcessTable).current
+        row = self.table.current
         if row is None or self.snapshot is None:
             return
         if row.pid not in self.snapshot.agents:
@@ -360,16 +399,16 @@ class GpuTuiApp(App[int]):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        header = self.query_one(HeaderBar)
+        header = self.header
         header.paused = self.paused
         header.redraw()
 
     def _set_interval(self, step: int) -> None:
         i = min(range(len(INTERVALS)), key=lambda k: abs(INTERVALS[k] - self.interval))
         self.interval = INTERVALS[max(0, min(len(INTERVALS) - 1, i + step))]
-        for widget in (self.query_one(HeaderBar), self.query_one(GpuPanes)):
+        for widget in (self.header, self.panes):
             widget.interval = self.interval
-        self.query_one(HeaderBar).redraw()
+        self.header.redraw()
         self._wake.set()
 
     def action_faster(self) -> None:
@@ -377,6 +416,45 @@ class GpuTuiApp(App[int]):
 
     def action_slower(self) -> None:
         self._set_interval(+1)
+
+    # -- dips, zoom, replay ------------------------------------------------------------------------
+
+    def action_events(self) -> None:
+        if self.snapshot is not None:
+            self.push_screen(EventsScreen(self.dips, self.history, self.snapshot,
+                                          self.panes.window))
+
+    def action_zoom(self, step: int) -> None:
+        panes = self.panes
+        i = min(range(len(ZOOMS)), key=lambda k: abs(ZOOMS[k] - panes.window))
+        panes.set_window(ZOOMS[max(0, min(len(ZOOMS) - 1, i + step))])
+        self.say(f"sparklines: at least the last {int(panes.window // 60)} min")
+
+    def check_replay(self) -> bool:
+        return self.replay and isinstance(self.sampler, ReplaySampler)
+
+    def action_seek(self, delta: int) -> None:
+        if not self.check_replay():
+            return
+        assert isinstance(self.sampler, ReplaySampler)
+        self.sampler.seek(delta)
+        # Rebuild everything derived from the past, as if the recording had played up to here.
+        self.history = History()
+        self.agent_history = AgentHistory()
+        self.dips = DipDetector()
+        for snap in self.sampler.played:
+            self.ingest(snap)
+        panes = self.panes
+        panes.history = self.history
+        panes.rebuild()
+        self._show(self.sampler.played[-1])
+
+    def _replay_position(self) -> str | None:
+        if not self.check_replay():
+            return None
+        assert isinstance(self.sampler, ReplaySampler)
+        done, total = self.sampler.position, len(self.sampler.snapshots)
+        return f"REPLAY {done}/{total}" + (" (end)" if done >= total else "")
 
     # -- zombies and signals -----------------------------------------------------------------------
 
@@ -390,14 +468,14 @@ class GpuTuiApp(App[int]):
             self.say("read-only (--readonly): signals are disabled", "warning")
 
     def say(self, message: str, severity: str = "information") -> None:
-        self.query_one(StatusLine).say(message, severity)
+        self.status.say(message, severity)
 
     def action_zombies(self) -> None:
         self._set_view(zombies=not self.view.zombies)
         self.say("zombies: the suspicious processes and why (z again: all)" if self.view.zombies else "")
 
     def action_tag(self) -> None:
-        table = self.query_one(ProcessTable)
+        table = self.table
         row = table.current
         if row is None or row.process is None:
             return
@@ -410,7 +488,7 @@ class GpuTuiApp(App[int]):
         if self.readonly:
             self.say("read-only (--readonly): signals are disabled", "warning")
             return
-        table = self.query_one(ProcessTable)
+        table = self.table
         current = [table.current] if table.current is not None else []
         rows = [r for r in table.rows if r.key in self.tagged] or current
         rows = [r for r in rows if r.process is not None]
@@ -492,6 +570,7 @@ class GpuTuiApp(App[int]):
         yield SystemCommand("Sample faster", "Shorter refresh interval", self.action_faster)
         yield SystemCommand("Sample slower", "Longer refresh interval", self.action_slower)
         yield SystemCommand("Zombies", "Only the suspicious processes, with reasons", self.action_zombies)
+        yield SystemCommand("Events", "Utilization dips and per-GPU dip rates", self.action_events)
         yield SystemCommand("Allocator", "PyTorch allocator of the highlighted process",
                             self.action_allocator)
         if not self.readonly:

@@ -30,12 +30,15 @@ class _Track:
     _drawn: dict[str, tuple[tuple[object, ...], list[Cell]]] = field(default_factory=dict)
 
     def cells(self, name: str, series: BucketSeries, start: int, width: int,
-              style_for: Callable[[float | None], Style]) -> list[Cell]:
-        """The sparkline's cells, redrawn only when its newest bucket, view or style changed."""
-        key = (series.buckets[-1] if series.buckets else None, len(series.buckets), start, width, style_for)
+              style_for: Callable[[float | None], Style], marked: frozenset[int] = frozenset(),
+              mark: Style | None = None) -> list[Cell]:
+        """The sparkline's cells, redrawn only when its newest bucket, view, style or dips changed."""
+        key = (series.buckets[-1] if series.buckets else None, len(series.buckets), start, width, style_for,
+               marked, mark)
         drawn = self._drawn.get(name)
         if drawn is None or drawn[0] != key:
-            drawn = self._drawn[name] = (key, draw(Line(), series, start, width, style_for).cells)
+            cells = draw(Line(), series, start, width, style_for, marked, mark).cells
+            drawn = self._drawn[name] = (key, cells)
         return drawn[1]
 
 
@@ -57,6 +60,8 @@ class GpuPanes(CellCanvas):
         self.compact = False
         self.selected_gpu: int | None = None
         self.interval = 1.0
+        self.window = 300.0  # seconds the sparklines show at least; [ and ] zoom
+        self.dips: dict[int, list[tuple[float, float]]] = {}  # gpu -> (start, end) of recent dips
         self.palette = Palette.default()
         self._tracks: dict[int, _Track] = {}
         self._bucket_s = 0.0
@@ -89,7 +94,7 @@ class GpuPanes(CellCanvas):
         return max(10, min(40, width // 4)) if self.compact else max(10, width - _LABEL - 1)
 
     def _new_track(self, index: int) -> _Track:
-        capacity = 4 * max(self.size.width, 80)
+        capacity = 4 * max(self.size.width, 80)  # buckets: several screens' worth
         bucket = self._bucket_s or 5.0
         track = _Track(BucketSeries(bucket, capacity), BucketSeries(bucket, capacity))
         h = self.history.gpus.get(index)
@@ -98,8 +103,25 @@ class GpuPanes(CellCanvas):
             track.mem.extend(zip(h.times, h.mem, strict=True))
         return track
 
+    def set_window(self, seconds: float) -> None:
+        """Zoom: the time the sparklines cover (at least; they jump-scroll)."""
+        self.window = seconds
+        self.on_resize()
+
+    def rebuild(self) -> None:
+        """History was replaced (a replay seek): draw every sparkline from it again."""
+        self._tracks.clear()
+        self._bucket_s = 0.0
+        self.on_resize()
+
+    def marked_buckets(self, gpu: int) -> frozenset[int]:
+        """The util buckets a dip touches, for the sparkline markers."""
+        b = self._bucket_s or 5.0
+        return frozenset(n for start, end in self.dips.get(gpu, ())
+                         for n in range(int(start // b), int(end // b) + 1))
+
     def on_resize(self) -> None:
-        bucket = bucket_seconds(self._spark_width(self.size.width), self.interval)
+        bucket = bucket_seconds(self._spark_width(self.size.width), self.interval, self.window)
         if bucket != self._bucket_s:
             self._bucket_s = bucket
             self._tracks.clear()
@@ -147,7 +169,8 @@ class GpuPanes(CellCanvas):
             line = Line().add(f"    {label:<4}", p.dim)
             if series is not None and track is not None:
                 start = track.view.place(series.latest, spark_w)
-                line.cells.extend(track.cells(label, series, start, spark_w, style_for))
+                marked = self.marked_buckets(g.index) if label == "util" else frozenset()
+                line.cells.extend(track.cells(label, series, start, spark_w, style_for, marked, p.dip))
             else:
                 line.add(" " * spark_w)
             lines.append(line)
@@ -177,7 +200,8 @@ class GpuPanes(CellCanvas):
         style_for = p.util_style(self._busy(g))
         if track is not None:
             start = track.view.place(track.util.latest, spark_w)
-            line.cells.extend(track.cells("util", track.util, start, spark_w, style_for))
+            line.cells.extend(track.cells("util", track.util, start, spark_w, style_for,
+                                          self.marked_buckets(g.index), p.dip))
         line.add(" ").add(_pct(g.util_gpu), style_for(g.util_gpu))
         line.add(" ").add(_mem(g, short=True), p.mem_style(g.mem_percent))
         line.add(" ").add(_num(g.temperature, "°C", 3), p.temp_style(g.temperature))

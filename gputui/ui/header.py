@@ -19,6 +19,7 @@ class HeaderBar(CellCanvas):
         self.interval = 1.0
         self.paused = False
         self.note = "starting…"
+        self.replay: str | None = None  # "REPLAY 120/3600" when playing a recording
         self.palette = Palette.default()
 
     def build(self, width: int) -> list[Line]:
@@ -27,6 +28,8 @@ class HeaderBar(CellCanvas):
         snap = self.snapshot
         if snap is None:
             return [line.add(self.note, p.dim)]
+        if self.replay:
+            line.add(f" {self.replay} ", p.accent + p.title).add(" ")
         if snap.source == "demo":
             line.add(" DEMO ", p.warning + p.title).add(" ")
         line.add(snap.hostname, p.plain)

@@ -22,6 +22,7 @@ class Palette:
     accent: Style
     header: Style
     cursor: Style
+    dip: Style  # laid over sparkline cells inside a detected dip
 
     @classmethod
     def from_theme(cls, theme: Theme) -> Palette:
@@ -36,12 +37,14 @@ class Palette:
             accent=Style(color=theme.primary),
             header=Style(color=theme.accent or theme.primary, bold=True),
             cursor=Style(color=theme.foreground or "white", bgcolor=theme.primary, bold=True),
+            dip=Style(bgcolor=theme.error or "red"),
         )
 
     @classmethod
     def default(cls) -> Palette:
         return cls(Style(), Style(dim=True), Style(bold=True), Style(color="green"), Style(color="yellow"),
-                   Style(color="red", bold=True), Style(color="blue"), Style(bold=True), Style(reverse=True))
+                   Style(color="red", bold=True), Style(color="blue"), Style(bold=True), Style(reverse=True),
+                   Style(bgcolor="red"))
 
     def util_style(self, busy: bool) -> Callable[[float | None], Style]:
         """High utilization is good; low is a warning only while a process is on the GPU."""

@@ -28,10 +28,10 @@ def glyph(value: float | None) -> str:
     return GLYPHS[math.ceil(v / 100.0 * 8)] if v > 0 else GLYPHS[1]
 
 
-def bucket_seconds(width: int, interval: float) -> float:
-    """Bucket size that keeps MIN_WINDOW_S visible even right after a jump (4/5 of the width)."""
+def bucket_seconds(width: int, interval: float, window: float = MIN_WINDOW_S) -> float:
+    """Bucket size that keeps `window` seconds visible even right after a jump (4/5 of the width)."""
     usable = max(1, width - jump_cells(width))
-    return max(interval, math.ceil(MIN_WINDOW_S / usable))
+    return max(interval, math.ceil(window / usable))
 
 
 def jump_cells(width: int) -> int:
@@ -78,13 +78,16 @@ class SparkView:
 
 
 def draw(line: Line, series: BucketSeries, start: int, width: int,
-         style_for: Callable[[float | None], Style]) -> Line:
+         style_for: Callable[[float | None], Style], marked: frozenset[int] = frozenset(),
+         mark: Style | None = None) -> Line:
+    """Cells for buckets start..start+width; buckets in `marked` (dips) drawn with `mark` on top."""
     values = dict(series.buckets) if series.buckets else {}
     empty = Style()
     for n in range(start, start + width):
         if n in values:
             v = values[n]
-            line.add(glyph(v), style_for(v))
+            style = style_for(v)
+            line.add(glyph(v), style + mark if mark is not None and n in marked else style)
         else:
             line.add(" ", empty)
     return line

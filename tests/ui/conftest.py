@@ -16,7 +16,7 @@ def make_app(gpus: int = 4, interval: float = 1.0, weird: bool = True,
     app = GpuTuiApp(replay, interval=interval, devices_dir=devices_dir or Path("/nonexistent"),
                     readonly=readonly)
     for snap in past:
-        app.history.add(snap)
+        app.ingest(snap)
     return app
 
 

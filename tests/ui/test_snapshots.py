@@ -61,7 +61,7 @@ def test_allocator_panel(snap_compare) -> None:  # type: ignore[no-untyped-def]
     from gputui.collect.replay import ReplaySampler
 
     reply = json.loads((Path(__file__).parent.parent / "fixtures" / "agent_stats_cuda.json").read_text())
-    app = make_app(gpus=4)
+    app = make_app(gpus=4, interval=3600.0)  # no tick after the first: a fixed allocator history
     replay = app.sampler
     assert isinstance(replay, ReplaySampler)
     replay.snapshots = [dataclasses.replace(s, agents={4101: reply}) for s in replay.snapshots]

@@ -1,0 +1,136 @@
+"""Utilization dips: the GPU waiting (for data, for evaluation, for a checkpoint) while a job is on it.
+
+A sample is "in a dip" when utilization is under half the rolling median of the recent busy samples
+and at least 20 points below it, while a process is on the GPU. A dip is a run of such samples lasting
+MIN_DIP_S or more; a short one is a *stall* (typically the data loader), a long one a *long* dip (end
+of epoch, evaluation, a checkpoint). Steady noise (95 ± 3 %) never qualifies.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+from gputui.model import Snapshot
+
+MIN_DIP_S = 2.0
+LONG_DIP_S = 5.0  # at least this long: an end-of-epoch / evaluation / checkpoint dip
+BUSY_WINDOW = 120  # recent busy samples the median is taken over
+MIN_BUSY_SAMPLES = 10  # no verdict before the GPU has shown what "busy" means
+MIN_DROP = 20.0
+MAX_DIPS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Dip:
+    gpu: int
+    start: float
+    end: float
+    baseline: float  # the busy median it fell from
+    lowest: float
+    ongoing: bool = False
+    wait_share: float | None = None  # data-loader wait share reported by an agent on that GPU
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    @property
+    def depth(self) -> float:
+        return self.baseline - self.lowest
+
+    @property
+    def kind(self) -> str:
+        return "long" if self.duration >= LONG_DIP_S else "stall"
+
+    def explanation(self) -> str:
+        if self.wait_share is None:
+            return ""
+        share = round(100 * self.wait_share)
+        verdict = "input-bound" if self.wait_share >= 0.5 else "not input-bound"
+        return f"{verdict}: {share}% of step time waiting for data"
+
+
+class _GpuTrack:
+    def __init__(self) -> None:
+        self.busy: deque[float] = deque(maxlen=BUSY_WINDOW)
+        self.start: float | None = None
+        self.last: float | None = None  # time of the last sample in the current dip
+        self.lowest = 100.0
+        self.baseline = 0.0
+        self.wait_share: float | None = None
+
+
+class DipDetector:
+    """Fed one snapshot at a time (live or replayed); keeps the last MAX_DIPS dips per host."""
+
+    def __init__(self) -> None:
+        self.tracks: dict[int, _GpuTrack] = {}
+        self.dips: deque[Dip] = deque(maxlen=MAX_DIPS)
+
+    def add(self, snap: Snapshot) -> list[Dip]:
+        """The dips that ended with this snapshot."""
+        ended = []
+        on_gpu = {p.gpu for p in snap.processes if p.kinds}
+        for g in snap.gpus:
+            track = self.tracks.setdefault(g.index, _GpuTrack())
+            util = None if g.lost else g.util_gpu
+            dip = self._step(track, g.index, snap, util, g.index in on_gpu)
+            if dip is not None:
+                ended.append(dip)
+                self.dips.append(dip)
+        return ended
+
+    def _step(self, track: _GpuTrack, gpu: int, snap: Snapshot, util: float | None,
+              busy_job: bool) -> Dip | None:
+        median = statistics.median(track.busy) if len(track.busy) >= MIN_BUSY_SAMPLES else None
+        low = (util is not None and busy_job and median is not None
+               and util < 0.5 * median and util <= median - MIN_DROP)
+        if low:
+            assert util is not None and median is not None
+            if track.start is None:
+                track.start, track.lowest, track.baseline = snap.time, util, median
+            track.lowest = min(track.lowest, util)
+            track.last = snap.time
+            share = _wait_share(snap, gpu)
+            if share is not None:
+                track.wait_share = share
+            return None
+        finished = None
+        if track.start is not None and track.last is not None:
+            end = snap.time  # the first sample back above the line closes the dip
+            if end - track.start >= MIN_DIP_S:
+                finished = Dip(gpu, track.start, end, track.baseline, track.lowest,
+                               wait_share=track.wait_share)
+            track.start = track.last = None
+            track.wait_share = None
+        if util is not None and busy_job:
+            track.busy.append(util)
+        return finished
+
+    def ongoing(self, now: float) -> list[Dip]:
+        return [Dip(gpu, t.start, now, t.baseline, t.lowest, ongoing=True, wait_share=t.wait_share)
+                for gpu, t in self.tracks.items() if t.start is not None and now - t.start >= MIN_DIP_S]
+
+    def summary(self, gpu: int, since: float, now: float, busy_s: float) -> dict[str, float | int | None]:
+        """Over [since, now]: dips per minute and mean dip length; busy_s is the seconds the GPU was
+        busy, from the caller's history."""
+        dips = [d for d in (*self.dips, *self.ongoing(now)) if d.gpu == gpu and d.end >= since]
+        minutes = max(1e-9, (now - since) / 60)
+        return {
+            "dips": len(dips),
+            "dips_per_min": round(len(dips) / minutes, 2),
+            "mean_dip_s": round(sum(d.duration for d in dips) / len(dips), 1) if dips else None,
+            "busy_percent": round(100 * busy_s / (now - since), 1) if now > since else None,
+        }
+
+
+def _wait_share(snap: Snapshot, gpu: int) -> float | None:
+    """The data-loader wait share of an agent-running process on `gpu`, if any."""
+    for p in snap.processes:
+        if p.gpu == gpu and p.pid in snap.agents:
+            share = (snap.agents[p.pid].get("progress") or {}).get("data_wait_share")
+            if share is not None:
+                return float(share)
+    return None
