@@ -36,7 +36,7 @@ class HeaderBar(CellCanvas):
         line.add("  driver ", p.dim).add(snap.driver_version or NA, p.plain)
         line.add("  CUDA ", p.dim).add(snap.cuda_driver_version or NA, p.plain)
         line.add("  ", p.dim).add(time.strftime("%H:%M:%S", time.localtime(snap.time)), p.plain)
-        line.add("  every ", p.dim).add(f"{self.interval:g} s", p.plain)
+        line.add("  every ", p.dim).add(f"{self.interval:.3g} s", p.plain)
         if self.paused:
             line.add("  ").add(" PAUSED ", p.error)
         if snap.errors:
