@@ -30,10 +30,6 @@ def fmt_num(v: float | None, unit: str, digits: int = 0) -> str:
     return NA if v is None else f"{v:.{digits}f}{unit}"
 
 
-def fmt_rate(v: float | None) -> str:
-    return NA if v is None else fmt_bytes(v) + "/s"
-
-
 def fmt_duration(seconds: float | None) -> str:
     """Coarse on purpose: it changes once a minute, not every tick (every change is sent over SSH)."""
     if seconds is None or seconds < 0:
