@@ -28,6 +28,8 @@ def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
 
 def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
     """The inverse of snapshot_to_dict; raises ValueError on a record it cannot read."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"unsupported schema_version {data.get('schema_version')!r}")
     try:

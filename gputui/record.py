@@ -62,6 +62,9 @@ class Recorder:
         return self._file
 
     def write(self, snap: Snapshot) -> None:
+        # Rotate before a write, not after: FILE always holds the newest part.
+        if self.max_bytes and self._file is not None and self._file.tell() >= self.max_bytes:
+            self.rotate()
         f = self._open()
         if self.as_csv:
             buf = io.StringIO()
@@ -71,8 +74,6 @@ class Recorder:
             f.write(json.dumps(snapshot_to_dict(snap), separators=(",", ":")) + "\n")
         f.flush()
         self.written += 1
-        if self.max_bytes and f.tell() >= self.max_bytes:
-            self.rotate()
 
     def rotate(self) -> None:
         self.close()
@@ -99,6 +100,6 @@ def read_recording(path: Path) -> tuple[list[Snapshot], int]:
                 continue
             try:
                 snaps.append(snapshot_from_dict(json.loads(line)))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, AttributeError):
                 bad += 1
     return snaps, bad

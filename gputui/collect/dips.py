@@ -31,6 +31,7 @@ class Dip:
     lowest: float
     ongoing: bool = False
     wait_share: float | None = None  # data-loader wait share reported by an agent on that GPU
+    last: float | None = None  # time of the last sample inside the dip (end is the first one back)
 
     @property
     def duration(self) -> float:
@@ -102,7 +103,7 @@ class DipDetector:
             end = snap.time  # the first sample back above the line closes the dip
             if end - track.start >= MIN_DIP_S:
                 finished = Dip(gpu, track.start, end, track.baseline, track.lowest,
-                               wait_share=track.wait_share)
+                               wait_share=track.wait_share, last=track.last)
             track.start = track.last = None
             track.wait_share = None
         if util is not None and busy_job:
@@ -110,8 +111,9 @@ class DipDetector:
         return finished
 
     def ongoing(self, now: float) -> list[Dip]:
-        return [Dip(gpu, t.start, now, t.baseline, t.lowest, ongoing=True, wait_share=t.wait_share)
-                for gpu, t in self.tracks.items() if t.start is not None and now - t.start >= MIN_DIP_S]
+        return [Dip(gpu, t.start, now, t.baseline, t.lowest, ongoing=True, wait_share=t.wait_share,
+                    last=t.last) for gpu, t in self.tracks.items()
+                if t.start is not None and now - t.start >= MIN_DIP_S]
 
     def summary(self, gpu: int, since: float, now: float, busy_s: float) -> dict[str, float | int | None]:
         """Over [since, now]: dips per minute and mean dip length; busy_s is the seconds the GPU was

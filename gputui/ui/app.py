@@ -134,7 +134,7 @@ class GpuTuiApp(App[int]):
         self.interval = interval
         self.mouse = mouse
         self._devices_dir = devices_dir
-        self.history = History(capacity=900)
+        self.history = History()  # the last hour
         self.agent_history = AgentHistory()
         self.dips = DipDetector()
         self.replay = replay
@@ -266,7 +266,7 @@ class GpuTuiApp(App[int]):
         dips: dict[int, list[tuple[float, float]]] = {}
         for d in (*self.dips.dips, *self.dips.ongoing(snap.time)):
             if snap.time - d.end <= panes.window * 2:
-                dips.setdefault(d.gpu, []).append((d.start, d.end))
+                dips.setdefault(d.gpu, []).append((d.start, d.last if d.last is not None else d.end))
         panes.dips = dips
         with self.batch_update():
             if first:

@@ -61,7 +61,8 @@ class GpuPanes(CellCanvas):
         self.selected_gpu: int | None = None
         self.interval = 1.0
         self.window = 300.0  # seconds the sparklines show at least; [ and ] zoom
-        self.dips: dict[int, list[tuple[float, float]]] = {}  # gpu -> (start, end) of recent dips
+        # gpu -> (first, last sample time) of the recent dips
+        self.dips: dict[int, list[tuple[float, float]]] = {}
         self.palette = Palette.default()
         self._tracks: dict[int, _Track] = {}
         self._bucket_s = 0.0
@@ -117,8 +118,8 @@ class GpuPanes(CellCanvas):
     def marked_buckets(self, gpu: int) -> frozenset[int]:
         """The util buckets a dip touches, for the sparkline markers."""
         b = self._bucket_s or 5.0
-        return frozenset(n for start, end in self.dips.get(gpu, ())
-                         for n in range(int(start // b), int(end // b) + 1))
+        return frozenset(n for start, last in self.dips.get(gpu, ())
+                         for n in range(int(start // b), int(last // b) + 1))
 
     def on_resize(self) -> None:
         bucket = bucket_seconds(self._spark_width(self.size.width), self.interval, self.window)
