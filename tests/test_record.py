@@ -379,19 +379,18 @@ def test_rotation_keeps_every_part_in_order_up_to_five(tmp_path: Path) -> None:
     rec = Recorder(path, max_bytes=int(size * 2.5))  # three snapshots a part
     for s in snaps[:12]:
         rec.write(s)
-    assert [p.name for p in parts(path)] == ["r.jsonl.4", "r.jsonl.3", "r.jsonl.2", "r.jsonl.1"]
-    assert not path.exists()  # the 12th write filled the part: rotated, nothing new yet
-    rec.write(snaps[12])
-    assert [p.name for p in parts(path)][-1] == "r.jsonl"
+    assert [p.name for p in parts(path)] == ["r.jsonl.3", "r.jsonl.2", "r.jsonl.1", "r.jsonl"]
+    assert [len(read_recording(p)[0]) for p in parts(path)] == [3, 3, 3, 3]
     back = [s for p in parts(path) for s in read_recording(p)[0]]
-    assert back == [without_hosts(s) for s in snaps[:13]]  # nothing lost so far
-    for s in snaps[13:]:
+    assert back == [without_hosts(s) for s in snaps[:12]]  # nothing lost so far
+    for s in snaps[12:]:
         rec.write(s)
     rec.close()
     names = [p.name for p in parts(path)]
-    assert names == [f"r.jsonl.{i}" for i in range(KEEP_ROTATED, 0, -1)]  # 30 = 10 parts; 5 kept
+    # 30 snapshots = 10 parts: the file itself (the newest) and the five before it are kept.
+    assert names == [*(f"r.jsonl.{i}" for i in range(KEEP_ROTATED, 0, -1)), "r.jsonl"]
     back = [s for p in parts(path) for s in read_recording(p)[0]]
-    assert back == [without_hosts(s) for s in snaps[-15:]]  # the newest five parts
+    assert back == [without_hosts(s) for s in snaps[-18:]]
 
 
 def test_the_recording_file_exists_after_rotation(tmp_path: Path) -> None:

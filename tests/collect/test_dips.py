@@ -127,7 +127,7 @@ def test_stalls_and_eval_dips_are_all_found_with_their_kind(dt: float) -> None:
 
 def test_a_dip_ends_at_the_first_sample_back_above_the_line() -> None:
     _, ended = single([*busy(20), 20, 20, 20, *busy(5)])
-    assert ended == [Dip(0, T0 + 20, T0 + 23, 95, 20)]
+    assert ended == [Dip(0, T0 + 20, T0 + 23, 95, 20, last=T0 + 22)]
     assert ended[0].duration == 3.0 and ended[0].kind == "stall"
 
 
