@@ -61,6 +61,7 @@ class _GpuTrack:
         self.lowest = 100.0
         self.baseline = 0.0
         self.wait_share: float | None = None
+        self.job: frozenset[int] = frozenset()  # the GPU processes the busy level belongs to
 
 
 class DipDetector:
@@ -73,11 +74,19 @@ class DipDetector:
     def add(self, snap: Snapshot) -> list[Dip]:
         """The dips that ended with this snapshot."""
         ended = []
-        on_gpu = {p.gpu for p in snap.processes if p.kinds}
+        jobs: dict[int, set[int]] = {}
+        for p in snap.processes:
+            if p.kinds and p.gpu is not None:
+                jobs.setdefault(p.gpu, set()).add(p.pid)
         for g in snap.gpus:
             track = self.tracks.setdefault(g.index, _GpuTrack())
+            job = frozenset(jobs.get(g.index, ()))
+            if job and not job & track.job:  # another job: its busy level is its own, learnt afresh
+                track.busy.clear()
+            if job:
+                track.job = job
             util = None if g.lost else g.util_gpu
-            dip = self._step(track, g.index, snap, util, g.index in on_gpu)
+            dip = self._step(track, g.index, snap, util, bool(job))
             if dip is not None:
                 ended.append(dip)
                 self.dips.append(dip)

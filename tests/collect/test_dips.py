@@ -417,3 +417,26 @@ def test_the_demos_timeline_has_stalls_and_long_dips() -> None:
         assert got == want
         assert all(d.kind == "long" for d in mine if (d.start - T0, d.end - T0) in evals)
         assert all(85 <= d.baseline <= 98 and d.lowest <= 32 for d in mine)
+
+
+def test_a_new_job_learns_its_own_busy_level() -> None:
+    """Job A ran at 95 %; job B (other pids) runs at 35 %: B's level is not a dip against A's."""
+    from gputui.model import GpuSample, ProcessRow, Snapshot
+
+    def snap(t: int, util: int, pid: int) -> Snapshot:
+        return Snapshot(time=T0 + t, hostname="h", source="demo", driver_version=None, nvml_version=None,
+                        cuda_driver_version=None, gpus=(GpuSample(index=0, util_gpu=util),),
+                        processes=(ProcessRow(gpu=0, pid=pid, kinds="C", used_memory=None, sm_util=None,
+                                              mem_util=None, visible=True),))
+
+    det = DipDetector()
+    ended = [d for t in range(60) for d in det.add(snap(t, 95, 1000))]
+    ended += [d for t in range(60, 120) for d in det.add(snap(t, 35, 2000))]
+    assert ended == [] and det.ongoing(T0 + 119) == []
+    # ...while the same job falling from 95 % to 35 % is one.
+    det = DipDetector()
+    for t in range(60):
+        det.add(snap(t, 95, 1000))
+    for t in range(60, 70):
+        det.add(snap(t, 35, 1000))
+    assert [d.gpu for d in det.ongoing(T0 + 69)] == [0]
