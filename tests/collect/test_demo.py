@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,11 @@ import pytest
 from gputui.collect.demo import DemoSource
 from gputui.collect.sampler import Sampler
 from gputui.collect.source import Reading, SourceUnavailable
+from tests.processes import cmdline as _cmdline
+from tests.processes import describe as _describe
+from tests.processes import gone as _gone
+from tests.processes import not_running as _not_running
+from tests.processes import wait_until as _wait_until
 
 GIB = 1 << 30
 
@@ -38,42 +43,8 @@ class FakeClock:
         return self.t
 
 
-def _wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        if pred():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(step)
 
 
-def _not_running(proc: psutil.Process) -> bool:
-    """Reaped (or its PID reused by another process: is_running() compares creation times)."""
-    try:
-        return not proc.is_running()
-    except psutil.Error:
-        return True
-
-
-def _gone(proc: psutil.Process) -> bool:
-    """Not running, or at most a zombie that some other process (init, a subreaper) has still to reap."""
-    if _not_running(proc):
-        return True
-    try:
-        return proc.status() == psutil.STATUS_ZOMBIE and proc.ppid() != os.getpid()
-    except psutil.Error:
-        return True
-
-
-def _describe(procs: Iterable[psutil.Process]) -> list[str]:
-    out = []
-    for p in procs:
-        try:
-            out.append(f"{p.pid} {p.status()} ppid={p.ppid()} {' '.join(p.cmdline())[-80:]}")
-        except psutil.Error as err:
-            out.append(f"{p.pid} ({type(err).__name__})")
-    return out
 
 
 def _assert_all_gone(procs: list[psutil.Process], timeout: float = 3.0) -> None:
@@ -108,12 +79,6 @@ def _fd_targets(pid: int) -> set[str]:
 def _expected_files(devices_dir: Path, gpu: int) -> set[str]:
     return {os.path.realpath(devices_dir / n) for n in ("nvidiactl", "nvidia-uvm", f"nvidia{gpu}")}
 
-
-def _cmdline(proc: psutil.Process) -> list[str]:
-    try:
-        return proc.cmdline()
-    except psutil.Error:
-        return []
 
 
 def _gpu_of(proc: psutil.Process) -> int:

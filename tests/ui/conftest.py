@@ -6,6 +6,7 @@ import pytest
 
 from gputui.ui.app import GpuTuiApp
 from tests.ui import world
+from tests.ui.terminal import tmux  # noqa: F401 - the fixture of the real-terminal tests
 
 
 def make_app(gpus: int = 4, interval: float = 1.0, weird: bool = True,
