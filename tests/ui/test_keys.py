@@ -22,6 +22,7 @@ from gputui.ui.process_table import ProcessTable
 from gputui.ui.screens import DetailScreen, GpuChooser, HelpScreen
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
+from tests.ui.drawn import body, header_line, lines, shown_pids, table
 
 SIZE = (120, 40)
 GPU_PIDS = [world.trainer_pid(g) for g in range(4)]
@@ -33,26 +34,9 @@ GONE = ("the process is gone", "the PID now belongs to another process")
 # -- reading what is drawn -------------------------------------------------------------------------
 
 
-def lines(widget: Widget) -> list[str]:
-    """The visible text of a CellCanvas, one string per drawn line."""
-    return ["".join(ch for ch, _ in line).rstrip() for line in widget._lines]  # type: ignore[attr-defined]
 
 
-def table(app: GpuTuiApp) -> ProcessTable:
-    return app.query_one(ProcessTable)
 
-
-def header_line(app: GpuTuiApp) -> str:
-    return lines(table(app))[0]
-
-
-def body(app: GpuTuiApp) -> list[str]:
-    return lines(table(app))[1:]
-
-
-def shown_pids(app: GpuTuiApp) -> list[int]:
-    """The PID column of the drawn process rows, top to bottom (not the per-GPU "unaccounted" rows)."""
-    return [int(line.split()[1]) for line in body(app) if line.split()[1].isdigit()]
 
 
 def header_bar(app: GpuTuiApp) -> str:

@@ -28,10 +28,10 @@ from gputui.model import ProcessRow, Snapshot
 from gputui.ui import app as app_module
 from gputui.ui.app import GpuTuiApp, SnapshotReady
 from gputui.ui.kill import KillScreen
-from gputui.ui.process_table import ProcessTable
 from gputui.ui.status import StatusLine
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
+from tests.ui.drawn import body, header_line, lines, shown_pids, table
 
 SIZE = (120, 40)
 GIB = 1 << 30
@@ -166,24 +166,9 @@ def app_on(*rows: ProcessRow, readonly: bool = False) -> GpuTuiApp:
 # -- reading what is drawn (as tests/ui/test_keys.py does) -------------------------------------------
 
 
-def lines(widget: Widget) -> list[str]:
-    return ["".join(ch for ch, _ in line).rstrip() for line in widget._lines]  # type: ignore[attr-defined]
 
 
-def table(app: GpuTuiApp) -> ProcessTable:
-    return app.query_one(ProcessTable)
 
-
-def header_line(app: GpuTuiApp) -> str:
-    return lines(table(app))[0]
-
-
-def body(app: GpuTuiApp) -> list[str]:
-    return lines(table(app))[1:]
-
-
-def shown_pids(app: GpuTuiApp) -> list[int]:
-    return [int(line.split()[1]) for line in body(app) if line.split()[1].isdigit()]
 
 
 def status(app: GpuTuiApp) -> str:
