@@ -205,10 +205,61 @@ def replay_command(argv: list[str]) -> int:
     return code if code is not None else 0
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, not {text!r}")
+    return int(text)
+
+
+def _hostname(text: str) -> str:
+    if not text.strip() or any(not c.isprintable() for c in text):
+        raise argparse.ArgumentTypeError(f"not a usable host name: {text!r}")
+    return text
+
+
+def export_command(argv: list[str]) -> int:
+    """`gputui export`: a Prometheus exporter with dcgm-exporter's metric names, plus gputui's own."""
+    ap = _Parser(prog="gputui export", description="Serve GPU metrics to Prometheus.")
+    ap.add_argument("--port", type=_port, default=9400, help="port to listen on (default 9400; 0: any)")
+    ap.add_argument("--bind", default="127.0.0.1", metavar="ADDR",
+                    help="address to listen on (default 127.0.0.1; 0.0.0.0 for a remote Prometheus)")
+    ap.add_argument("--interval", type=_interval, default=1.0, metavar="S", help="seconds between samples")
+    ap.add_argument("--hostname", type=_hostname, metavar="NAME",
+                    help="the Hostname label (default: this machine's host name)")
+    _source_flags(ap)
+    args = ap.parse_args(argv)
+    try:
+        from gputui.export import exporter as ex
+    except ImportError as err:
+        print(f"gputui export: needs prometheus-client ({err.name} is missing): "
+              "pip install 'gputui[prometheus]'", file=sys.stderr)
+        return 2
+    from gputui.collect.sampler import Sampler
+
+    with Sampler(make_source(args, start_at=120.0), devices_dir=args.devices_dir) as sampler:
+        if args.hostname:
+            sampler.hostname = args.hostname
+        exporter = ex.Exporter(sampler)
+        exporter.tick()  # the first scrape already has data
+        try:
+            server, port = ex.serve(exporter, args.port, args.bind)
+        except OSError as err:
+            print(f"gputui export: cannot listen on {args.bind}:{args.port}: {err.strerror or err}",
+                  file=sys.stderr)
+            return 2
+        try:
+            ex.announce(port, args.bind, exporter, args.interval)
+            ex.run(exporter, args.interval)
+        finally:
+            server.shutdown()
+            server.server_close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"run": run_command, "agent": agent_command, "record": record_command,
-                "replay": replay_command}
+                "replay": replay_command, "export": export_command}
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         # SystemExit unwinds through `finally`: a recording is closed, the demo's children go.
         # (SIGINT too: left to asyncio, one that comes while the app starts would be swallowed.)
