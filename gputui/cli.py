@@ -256,10 +256,62 @@ def export_command(argv: list[str]) -> int:
     return 0
 
 
+def _duration(text: str) -> float:
+    """Seconds, or a number with s, m or h: 900, 15m, 1h."""
+    scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:], 1) if text else 1
+    number = text[:-1] if text[-1:] in ("s", "m", "h") else text
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 900, 15m, 1h)") from None
+    if not 60 <= value <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"must be between 1 minute and 7 days, not {text}")
+    return value
+
+
+def fleet_command(argv: list[str]) -> int:
+    """`gputui fleet --prometheus URL`: every host and GPU Prometheus knows, in the TUI."""
+    from gputui.export.fleet import DEFAULT_WINDOW_S, SORTS
+    from gputui.export.promql import check_url
+
+    def url(text: str) -> str:
+        try:
+            return check_url(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    ap = _Parser(prog="gputui fleet", description="The fleet's GPUs, from Prometheus.")
+    ap.add_argument("--prometheus", type=url, required=True, metavar="URL",
+                    help="Prometheus's address, e.g. http://prometheus:9090")
+    ap.add_argument("--selector", default="", metavar="MATCHERS",
+                    help='label matchers for the GPU series, e.g. \'job="gpu",Hostname=~"node.*"\'')
+    ap.add_argument("--interval", type=_interval, default=5.0, metavar="S", help="seconds between refreshes")
+    ap.add_argument("--window", type=_duration, default=DEFAULT_WINDOW_S, metavar="W",
+                    help="how far back the sparklines go (default 15m)")
+    ap.add_argument("--timeout", type=_positive, default=5.0, metavar="S",
+                    help="give up on a query after S seconds")
+    ap.add_argument("--sort", choices=SORTS, default="busy")
+    ap.add_argument("--no-mouse", action="store_true")
+    args = ap.parse_args(argv)
+    from gputui.export.fleet import FleetReader
+    from gputui.export.promql import Prometheus
+
+    reader = FleetReader(Prometheus(args.prometheus, timeout=args.timeout), args.selector, window=args.window)
+    view = reader.refresh()
+    if view.refused:  # a bad selector: say so now; an unreachable Prometheus gets a banner and retries
+        print(f"gputui fleet: {view.error}", file=sys.stderr)
+        return 2
+    from gputui.ui.fleet_app import FleetApp
+
+    app = FleetApp(reader, interval=args.interval, sort=args.sort, mouse=not args.no_mouse)
+    code = app.run(mouse=not args.no_mouse)
+    return code if code is not None else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"run": run_command, "agent": agent_command, "record": record_command,
-                "replay": replay_command, "export": export_command}
+                "replay": replay_command, "export": export_command, "fleet": fleet_command}
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         # SystemExit unwinds through `finally`: a recording is closed, the demo's children go.
         # (SIGINT too: left to asyncio, one that comes while the app starts would be swallowed.)

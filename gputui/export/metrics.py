@@ -24,6 +24,7 @@ from gputui.model import GpuSample, Snapshot
 MIB = 1024 * 1024
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 ZOMBIE_CLASSES = tuple(sorted(SUSPICIOUS))
+DIP_KINDS = ("stall", "long")
 COMMAND_CHARS = 60  # a label is stored with every sample: keep the command short
 
 
@@ -163,9 +164,9 @@ def _dip_families(snap: Snapshot, labels: dict[int, list[str]], dips: DipCounter
         return
     count = CounterMetricFamily("gputui_dips", "Utilization dips seen (stall: < 5 s, long: >= 5 s).",
                                 labels=[*GPU_LABELS, "kind"])
-    for (gpu, kind), n in sorted(dips.count.items()):
-        if gpu in labels:
-            count.add_metric([*labels[gpu], kind], float(n))
+    for g in snap.gpus:  # zeros too: increase() over the window needs the series to exist
+        for kind in DIP_KINDS:
+            count.add_metric([*labels[g.index], kind], float(dips.count.get((g.index, kind), 0)))
     seconds = CounterMetricFamily("gputui_dip_seconds", "Seconds spent in finished utilization dips.",
                                   labels=GPU_LABELS)
     in_dip = GaugeMetricFamily("gputui_gpu_in_dip", "1 while the GPU is in a utilization dip.",

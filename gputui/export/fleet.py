@@ -1,0 +1,346 @@
+"""The fleet as Prometheus knows it: every host and GPU scraped from `gputui export` or dcgm-exporter.
+
+One refresh is a handful of PromQL queries whatever the fleet's size (never one per GPU or host):
+utilization over the window (one range query), the latest GPU fields (one instant query over several
+names), gputui's own host metrics, dips per GPU over the window, and `up`. When a host is opened,
+three more: its processes, its agents' allocators and its memory over the window.
+
+When Prometheus cannot be reached the last view is kept and the error is returned with it; a host
+whose exporter stopped stays listed (stale, with its last values) until it drops out of the window.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gputui.export.promql import Prometheus, PrometheusError, QueryRefused, label_value, matchers
+
+DEFAULT_WINDOW_S = 900.0
+SPARK_POINTS = 60  # points per GPU in the range query: enough for the drill-down's sparkline
+NOW_FIELDS = ("GPU_UTIL", "FB_USED", "FB_FREE", "GPU_TEMP", "POWER_USAGE")
+SORTS = ("name", "busy", "idle", "memory", "dips", "zombies")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetGpu:
+    gpu: str
+    uuid: str = ""
+    model: str = ""
+    util: float | None = None
+    mem_used: float | None = None  # MiB, as dcgm-exporter reports it
+    mem_free: float | None = None
+    temperature: float | None = None
+    power: float | None = None
+    series: tuple[float | None, ...] = ()  # utilization over the window, oldest first, one per step
+    dips: float | None = None  # dips over the window (gputui exporters only)
+    in_dip: bool = False
+    unaccounted: float | None = None  # bytes
+
+    @property
+    def mem_total(self) -> float | None:
+        if self.mem_used is None or self.mem_free is None:
+            return None
+        return self.mem_used + self.mem_free
+
+    @property
+    def mem_percent(self) -> float | None:
+        total = self.mem_total
+        return None if not total or self.mem_used is None else 100.0 * self.mem_used / total
+
+
+@dataclass(frozen=True, slots=True)
+class FleetHost:
+    name: str
+    instance: str = ""
+    job: str = ""
+    gpus: tuple[FleetGpu, ...] = ()
+    last_seen: float | None = None  # time of its newest utilization sample
+    stale: bool = False  # no current sample: its exporter stopped or cannot be scraped
+    down: bool = False  # Prometheus's `up` is 0 for its target
+    gputui: bool = False  # scraped from `gputui export`: zombies and dips are known
+    zombies: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.name
+
+    def _mean(self, values: Iterable[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
+    @property
+    def util(self) -> float | None:
+        return self._mean(g.util for g in self.gpus)
+
+    @property
+    def busy_gpus(self) -> int:
+        return sum(1 for g in self.gpus if g.util is not None and g.util >= 10)
+
+    @property
+    def mem_used(self) -> float | None:
+        known = [g.mem_used for g in self.gpus if g.mem_used is not None]
+        return sum(known) if known else None
+
+    @property
+    def mem_total(self) -> float | None:
+        known = [g.mem_total for g in self.gpus if g.mem_total is not None]
+        return sum(known) if known else None
+
+    @property
+    def mem_percent(self) -> float | None:
+        used, total = self.mem_used, self.mem_total
+        return None if used is None or not total else 100.0 * used / total
+
+    @property
+    def power(self) -> float | None:
+        known = [g.power for g in self.gpus if g.power is not None]
+        return sum(known) if known else None
+
+    @property
+    def dips(self) -> float | None:
+        known = [g.dips for g in self.gpus if g.dips is not None]
+        return sum(known) if known else None
+
+    @property
+    def zombie_total(self) -> int | None:
+        return sum(self.zombies.values()) if self.gputui else None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetProcess:
+    gpu: str
+    pid: str
+    user: str
+    command: str
+    category: str
+    memory: float  # bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FleetAgent:
+    pid: str
+    command: str
+    cuda_device: str
+    values: dict[str, float]  # allocated_bytes, reserved_bytes, fragmentation_percent, ooms_total, ...
+
+
+@dataclass(frozen=True, slots=True)
+class HostDetail:
+    """What the drill-down shows beyond the fleet row: fetched only for the open host."""
+
+    host: str
+    processes: tuple[FleetProcess, ...] = ()
+    agents: tuple[FleetAgent, ...] = ()
+    mem_series: dict[str, tuple[float | None, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    hosts: tuple[FleetHost, ...] = ()
+    start: float = 0.0
+    end: float = 0.0
+    step: float = 15.0
+    fetched_at: float | None = None  # when the hosts were last read successfully
+    error: str | None = None  # the last refresh failed: why (the hosts are from fetched_at)
+    failures: int = 0  # refreshes failed in a row
+    refused: bool = False  # Prometheus said the query is wrong (a bad --selector): retrying won't help
+    queries: int = 0  # queries the last refresh sent
+    detail: HostDetail | None = None
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(h.gpus) for h in self.hosts)
+
+
+def _value(sample: dict[str, Any]) -> float | None:
+    try:
+        v = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return None if math.isnan(v) or math.isinf(v) else v
+
+
+def on_grid(values: Iterable[list[Any]], start: float, step: float, points: int
+            ) -> tuple[float | None, ...]:
+    """A range query's [time, "value"] pairs placed on the window's grid; None where none fell."""
+    series: list[float | None] = [None] * points
+    for t, v in values:
+        i = round((float(t) - start) / step)
+        if 0 <= i < points:
+            series[i] = _value({"value": [t, v]})
+    return tuple(series)
+
+
+def host_name(labels: dict[str, str]) -> str:
+    """dcgm-exporter and gputui name the machine in `Hostname`; the scrape target is the fallback."""
+    return labels.get("Hostname") or labels.get("instance") or "?"
+
+
+def sort_hosts(hosts: Iterable[FleetHost], key: str) -> list[FleetHost]:
+    """Hosts in `key` order (see SORTS); unknown values go last, then by name."""
+    def measure(h: FleetHost) -> float | None:
+        return {"busy": h.util, "idle": None if h.util is None else -h.util, "memory": h.mem_percent,
+                "dips": h.dips, "zombies": h.zombie_total, "name": None}[key]
+
+    by_name = sorted(hosts, key=lambda h: h.name)
+    if key == "name":
+        return by_name
+    return sorted(by_name, key=lambda h: (measure(h) is None, -(measure(h) or 0.0)))
+
+
+class FleetReader:
+    """Reads the fleet from Prometheus; `refresh()` returns a FleetView and never raises."""
+
+    def __init__(self, prometheus: Prometheus, selector: str = "", window: float = DEFAULT_WINDOW_S,
+                 points: int = SPARK_POINTS, clock: Callable[[], float] = time.time) -> None:
+        self.prometheus = prometheus
+        self.matchers = matchers(selector)
+        self.window = window
+        self.step = max(1.0, math.ceil(window / points))
+        self.points = round(window / self.step) + 1
+        self.clock = clock
+        self.view = FleetView(step=self.step)
+        self.focus: str | None = None  # the host whose detail is wanted
+
+    def _selector(self, *extra: str) -> str:
+        parts = [p for p in (*extra, self.matchers) if p]
+        return "{" + ",".join(parts) + "}" if parts else ""
+
+    def refresh(self) -> FleetView:
+        before = self.prometheus.requests
+        try:
+            view = self._read()
+        except PrometheusError as err:
+            view = replace(self.view, error=str(err), failures=self.view.failures + 1,
+                           refused=isinstance(err, QueryRefused))
+        self.view = replace(view, queries=self.prometheus.requests - before)
+        return self.view
+
+    def _read(self) -> FleetView:
+        now = self.clock()
+        end = math.floor(now / self.step) * self.step  # on the step grid: the sparklines do not wobble
+        start = end - self.window
+        q = self.prometheus
+        util_range = q.query_range(f"DCGM_FI_DEV_GPU_UTIL{self._selector()}", start, end, self.step)
+        names = "|".join(NOW_FIELDS)
+        latest = q.query(self._selector(f'__name__=~"DCGM_FI_DEV_({names})"'), at=now)
+        ours_names = "zombie_processes|unaccounted_memory_bytes|gpu_in_dip|exporter_info"
+        ours = q.query(self._selector(f'__name__=~"gputui_({ours_names})"'), at=now)
+        dips = q.query(f"sum by (Hostname, instance, job, gpu) "
+                       f"(increase(gputui_dips_total{self._selector()}[{int(self.window)}s]))", at=now)
+        up = q.query("up", at=now)
+        hosts = self._hosts(util_range, latest, ours, dips, up, start)
+        detail = self._detail(start, end) if self.focus else None
+        return FleetView(hosts=tuple(hosts), start=start, end=end, step=self.step, fetched_at=now,
+                         detail=detail)
+
+    def _hosts(self, util_range: list[dict[str, Any]], latest: list[dict[str, Any]],
+               ours: list[dict[str, Any]], dips: list[dict[str, Any]], up: list[dict[str, Any]],
+               start: float) -> list[FleetHost]:
+        points = self.points
+        gpus: dict[str, dict[str, dict[str, Any]]] = {}  # host -> gpu -> fields
+        targets: dict[str, tuple[str, str]] = {}
+        seen: dict[str, float] = {}
+        fresh: set[str] = set()
+
+        def gpu_of(labels: dict[str, str]) -> dict[str, Any]:
+            host = host_name(labels)
+            targets.setdefault(host, (labels.get("job", ""), labels.get("instance", "")))
+            entry = gpus.setdefault(host, {}).setdefault(labels.get("gpu", "?"), {})
+            entry.setdefault("uuid", labels.get("UUID", ""))
+            entry.setdefault("model", labels.get("modelName", ""))
+            return entry
+
+        for s in util_range:
+            values = s.get("values") or ()
+            if values:
+                host = host_name(s["metric"])
+                seen[host] = max(seen.get(host, 0.0), float(values[-1][0]))
+            gpu_of(s["metric"])["series"] = on_grid(values, start, self.step, points)
+        field_names = {"DCGM_FI_DEV_GPU_UTIL": "util", "DCGM_FI_DEV_FB_USED": "mem_used",
+                       "DCGM_FI_DEV_FB_FREE": "mem_free", "DCGM_FI_DEV_GPU_TEMP": "temperature",
+                       "DCGM_FI_DEV_POWER_USAGE": "power"}
+        for s in latest:
+            labels = s["metric"]
+            name = field_names.get(labels.get("__name__", ""))
+            if name:
+                gpu_of(labels)[name] = _value(s)
+                fresh.add(host_name(labels))
+        zombies: dict[str, dict[str, int]] = {}
+        gputui_hosts: set[str] = set()
+        for s in ours:
+            labels, value = s["metric"], _value(s)
+            host, metric = host_name(labels), labels.get("__name__", "")
+            gputui_hosts.add(host)
+            if metric == "gputui_zombie_processes" and value is not None:
+                zombies.setdefault(host, {})[labels.get("class", "?")] = int(value)
+            elif metric == "gputui_unaccounted_memory_bytes" and host in gpus:
+                gpu_of(labels)["unaccounted"] = value
+            elif metric == "gputui_gpu_in_dip" and host in gpus:
+                gpu_of(labels)["in_dip"] = bool(value)
+        for s in dips:
+            if host_name(s["metric"]) in gpus:
+                gpu_of(s["metric"])["dips"] = _value(s)
+        down = {(s["metric"].get("job", ""), s["metric"].get("instance", ""))
+                for s in up if _value(s) == 0}
+
+        previous = {h.name: h for h in self.view.hosts}
+        hosts = []
+        for name, by_gpu in gpus.items():
+            old = {g.gpu: g for g in previous[name].gpus} if name in previous else {}
+            stale = name not in fresh
+            row = []
+            for gpu_id in sorted(by_gpu, key=lambda g: (len(g), g)):
+                f = by_gpu[gpu_id]
+                gpu = FleetGpu(gpu_id, f.get("uuid", ""), f.get("model", ""),
+                               **{k: f.get(k) for k in field_names.values()},
+                               series=f.get("series", ()), dips=f.get("dips"), in_dip=f.get("in_dip", False),
+                               unaccounted=f.get("unaccounted"))
+                if stale and gpu_id in old:  # keep its last values, with the fresh window behind them
+                    gpu = replace(old[gpu_id], series=gpu.series or old[gpu_id].series)
+                row.append(gpu)
+            job, instance = targets.get(name, ("", ""))
+            hosts.append(FleetHost(name, instance, job, tuple(row), last_seen=seen.get(name),
+                                   stale=stale, down=(job, instance) in down,
+                                   gputui=name in gputui_hosts or (stale and name in previous
+                                                                   and previous[name].gputui),
+                                   zombies=zombies.get(name, previous[name].zombies if stale and
+                                                       name in previous else {})))
+        return hosts
+
+    def _detail(self, start: float, end: float) -> HostDetail:
+        assert self.focus is not None
+        host = self.focus
+        known = next((h for h in self.view.hosts if h.name == host), None)
+        # dcgm-exporter's Hostname when the host has one, else its scrape target.
+        label = f"Hostname={label_value(host)}"
+        if known is not None and known.instance == host:
+            label = f"instance={label_value(host)}"
+        q = self.prometheus
+        procs = q.query(f"gputui_process_gpu_memory_bytes{self._selector(label)}")
+        agents = q.query(self._selector('__name__=~"gputui_agent_.*"', label))
+        sel = self._selector(label)
+        mem = q.query_range(f"100 * DCGM_FI_DEV_FB_USED{sel} / (DCGM_FI_DEV_FB_USED{sel} + "
+                            f"DCGM_FI_DEV_FB_FREE{sel})", start, end, self.step)
+        processes = sorted((FleetProcess(s["metric"].get("gpu", "?"), s["metric"].get("pid", "?"),
+                                         s["metric"].get("user", ""), s["metric"].get("command", ""),
+                                         s["metric"].get("class", ""), _value(s) or 0.0)
+                            for s in procs), key=lambda p: (-p.memory, p.gpu, p.pid))
+        by_agent: dict[tuple[str, str], dict[str, Any]] = {}
+        for s in agents:
+            labels = s["metric"]
+            entry = by_agent.setdefault((labels.get("pid", "?"), labels.get("cuda_device", "")),
+                                        {"command": labels.get("command", ""), "values": {}})
+            value = _value(s)
+            if value is not None:
+                entry["values"][labels.get("__name__", "").removeprefix("gputui_agent_")] = value
+        agent_rows = tuple(FleetAgent(pid, e["command"], dev, e["values"])
+                           for (pid, dev), e in sorted(by_agent.items()))
+        mem_series = {s["metric"].get("gpu", "?"): on_grid(s.get("values") or (), start, self.step,
+                                                          self.points)
+                      for s in mem}
+        return HostDetail(host, tuple(processes), agent_rows, mem_series)

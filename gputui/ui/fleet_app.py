@@ -1,0 +1,379 @@
+"""`gputui fleet`: every host and GPU Prometheus knows, a row per host; Enter opens one host.
+
+Data flows one way, as in the single-host app: one long-lived thread refreshes the FleetReader and
+posts each FleetView; widgets draw from it. A failed refresh keeps the last view on screen under a
+banner and is retried sooner (2, 4, 8 s ... up to the interval).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer
+from textual.worker import get_current_worker
+
+from gputui.export.fleet import SORTS, FleetHost, FleetReader, FleetView, HostDetail, sort_hosts
+from gputui.ui import partial_updates
+from gputui.ui.canvas import CellCanvas, Line
+from gputui.ui.fleet_table import MIB, FleetTable, compress, mem_text, spark_glyph, state_text
+from gputui.ui.palette import Palette
+from gputui.ui.process_table import fit
+from gputui.ui.screens import HelpScreen
+from gputui.units import NA, fmt_bytes
+
+DEFAULT_THEME = "textual-dark"
+
+
+class FleetReady(Message):
+    def __init__(self, view: FleetView) -> None:
+        super().__init__()
+        self.view = view
+
+
+def window_label(seconds: float) -> str:
+    return f"last {seconds / 3600:g} h" if seconds >= 3600 else f"last {seconds / 60:g} min"
+
+
+class FleetHeader(CellCanvas):
+    DEFAULT_CSS = "FleetHeader { height: 1; }"
+
+    def __init__(self, url: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.url = url
+        self.view: FleetView | None = None
+        self.sort = "busy"
+        self.palette = Palette.default()
+
+    def build(self, width: int) -> list[Line]:
+        p = self.palette
+        line = Line().add(" gputui fleet ", p.title).add(self.url, p.plain)
+        view = self.view
+        if view is None or view.fetched_at is None:
+            return [line.add("  connecting…", p.dim)]
+        busy = sum(h.busy_gpus for h in view.hosts)
+        line.add(f"  {len(view.hosts)} hosts · {view.gpu_count} GPUs · {busy} busy", p.plain)
+        line.add("  at ", p.dim).add(time.strftime("%H:%M:%S", time.localtime(view.fetched_at)), p.plain)
+        line.add("  sort ", p.dim).add(self.sort, p.accent)
+        return [line]
+
+
+class Banner(CellCanvas):
+    """Why the data may be old: Prometheus unreachable, slow or refusing; hosts gone stale."""
+
+    DEFAULT_CSS = "Banner { height: 1; }"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view: FleetView | None = None
+        self.retry_at: float | None = None  # monotonic time of the next attempt
+        self.selector = ""
+        self.palette = Palette.default()
+
+    def build(self, width: int) -> list[Line]:
+        p, view = self.palette, self.view
+        line = Line()
+        if view is None:
+            return [line]
+        if view.error:
+            line.add(" ⚠ " + view.error, p.error)
+            if view.fetched_at is not None:
+                line.add(" · showing data from " + time.strftime("%H:%M:%S", time.localtime(view.fetched_at)),
+                         p.warning)
+            if self.retry_at is not None and not view.refused:
+                line.add(f" · retry in {max(0, round(self.retry_at - time.monotonic()))} s", p.warning)
+            return [line]
+        stale = [h for h in view.hosts if h.stale]
+        if stale:
+            names = ", ".join(h.name for h in stale[:5]) + (" …" if len(stale) > 5 else "")
+            line.add(f" {len(stale)} host{'s' if len(stale) > 1 else ''} not scraped now: {names}", p.warning)
+        elif not view.hosts:
+            where = f" matching {{{self.selector}}}" if self.selector else ""
+            line.add(f" no DCGM_FI_DEV_GPU_UTIL series{where} in Prometheus: is gputui export or "
+                     "dcgm-exporter being scraped?", p.warning)
+        return [line]
+
+
+class HostView(CellCanvas, can_focus=True):
+    """One host: its GPUs with utilization and memory over the window, its processes, zombies, agents."""
+
+    DEFAULT_CSS = "HostView { height: 1fr; }"
+    BINDINGS = [Binding("up", "scroll(-1)", show=False), Binding("down", "scroll(1)", show=False),
+                Binding("pageup", "scroll(-10)", show=False), Binding("pagedown", "scroll(10)", show=False)]
+
+    def __init__(self, name: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.host_name = name
+        self.view: FleetView | None = None
+        self.first_line = 0
+        self.palette = Palette.default()
+
+    @property
+    def host(self) -> FleetHost | None:
+        view = self.view
+        return next((h for h in view.hosts if h.name == self.host_name), None) if view else None
+
+    def action_scroll(self, delta: int) -> None:
+        self.first_line = max(0, self.first_line + delta)
+        self.redraw()
+
+    def build(self, width: int) -> list[Line]:
+        lines = self._content(width)
+        self.first_line = min(self.first_line, max(0, len(lines) - self.size.height))
+        return lines[self.first_line:]
+
+    def _content(self, width: int) -> list[Line]:
+        p, host, view = self.palette, self.host, self.view
+        if host is None or view is None:
+            return [Line().add(f" {self.host_name}: not in Prometheus now", p.warning)]
+        detail = view.detail if view.detail and view.detail.host == host.name else None
+        now = view.fetched_at or time.time()
+        title = Line().add(f" {host.name}", p.title).add(f"  {host.job}/{host.instance}", p.dim)
+        state_style = p.error if host.down else p.warning if host.stale else p.good
+        title.add("  ").add(state_text(host, now), state_style)
+        lines = [title, Line()]
+        spark = max(10, min(60, (width - 62) // 2))
+        head = Line().add(f" {'GPU':>3} {'MODEL':<22} {'UTIL':>5} {'MEM':>13} {'TEMP':>5} {'POWER':>6} "
+                          f"{'DIPS':>4}  ", p.header)
+        lines.append(head.add(fit("UTIL " + window_label(view.end - view.start), spark + 1), p.header)
+                     .add("MEM", p.header))
+        util_style = p.util_style(True)
+        for g in host.gpus:
+            line = Line().add(f" {g.gpu:>3} ", p.plain).add(fit(g.model or NA, 22) + " ", p.dim)
+            line.add(f"{NA if g.util is None else f'{g.util:.0f}%':>5} ", util_style(g.util))
+            mem = NA if g.mem_used is None or g.mem_total is None else \
+                f"{fmt_bytes(g.mem_used * MIB, 0)}/{fmt_bytes(g.mem_total * MIB, 0)}"
+            line.add(f"{mem:>13} ", p.mem_style(g.mem_percent))
+            line.add(f"{NA if g.temperature is None else f'{g.temperature:.0f}°C':>5} ",
+                     p.temp_style(g.temperature))
+            line.add(f"{NA if g.power is None else f'{g.power:.0f}W':>6} ", p.plain)
+            line.add(f"{NA if g.dips is None else f'{g.dips:.0f}':>4}  ", p.warning if g.dips else p.plain)
+            for v in compress(g.series, spark):
+                line.add(spark_glyph(v), util_style(v))
+            line.add(" ")
+            for v in compress(detail.mem_series.get(g.gpu, ()) if detail else (), spark):
+                line.add(spark_glyph(v), p.mem_style(v))
+            lines.append(line)
+        lines.append(Line().add(f" {len(host.gpus)} GPUs · {mem_text(host)} used", p.dim))
+        lines.append(Line())
+        if not host.gputui:
+            lines.append(Line().add(" processes, zombies and dips: run `gputui export` on this host "
+                                    "(dcgm-exporter does not report them)", p.dim))
+            return lines
+        lines.extend(self._zombies(host))
+        lines.extend(self._processes(detail))
+        lines.extend(self._agents(detail))
+        return lines
+
+    def _zombies(self, host: FleetHost) -> list[Line]:
+        p = self.palette
+        line = Line().add(" ZOMBIES ", p.header)
+        found = {k: v for k, v in sorted(host.zombies.items()) if v}
+        if not found:
+            return [line.add("none", p.good), Line()]
+        for cls, n in found.items():
+            line.add(f"{cls} {n}  ", p.error)
+        return [line, Line()]
+
+    def _processes(self, detail: HostDetail | None) -> list[Line]:
+        p = self.palette
+        lines = [Line().add(f" {'GPU':>3} {'PID':>8} {'USER':<10} {'GPU MEM':>9} {'CLASS':<13} COMMAND",
+                            p.header)]
+        if detail is None:
+            return [*lines, Line().add(" loading…", p.dim), Line()]
+        if not detail.processes:
+            return [*lines, Line().add(" no GPU processes", p.dim), Line()]
+        for proc in detail.processes:
+            style = p.plain if proc.category in ("ok", "worker") else p.error
+            lines.append(Line().add(f" {proc.gpu:>3} {proc.pid:>8} {fit(proc.user or NA, 10)} "
+                                    f"{fmt_bytes(proc.memory):>9} ", p.plain)
+                         .add(fit(proc.category, 13) + " ", style).add(proc.command, p.plain))
+        return [*lines, Line()]
+
+    def _agents(self, detail: HostDetail | None) -> list[Line]:
+        p = self.palette
+        if detail is None or not detail.agents:
+            return []
+        lines = [Line().add(f" {'PID':>8} {'CUDA':>4} {'ALLOCATED':>10} {'RESERVED':>10} {'FRAG':>5} "
+                            f"{'RETRIES':>7} {'OOMS':>4}  COMMAND  (torch allocator, from the gputui agent)",
+                            p.header)]
+        for a in detail.agents:
+            v = a.values
+            frag = v.get("fragmentation_percent")
+            lines.append(Line().add(
+                f" {a.pid:>8} {a.cuda_device:>4} {fmt_bytes(v.get('allocated_bytes')):>10} "
+                f"{fmt_bytes(v.get('reserved_bytes')):>10} {NA if frag is None else f'{frag:.0f}%':>5} "
+                f"{v.get('alloc_retries_total', 0):>7.0f} {v.get('ooms_total', 0):>4.0f}  ", p.plain)
+                .add(a.command, p.dim))
+        return lines
+
+
+class HostScreen(Screen[None]):
+    BINDINGS = [Binding("escape,backspace,left", "app.pop_screen", "Back"),
+                Binding("q", "app.quit", "Quit")]
+
+    def __init__(self, name: str, palette: Palette) -> None:
+        super().__init__()
+        self.host_view = HostView(name, id="host")
+        self.host_view.palette = palette
+
+    def compose(self) -> ComposeResult:
+        yield self.host_view
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.host_view.focus()
+
+    def show(self, view: FleetView) -> None:
+        self.host_view.view = view
+        self.host_view.redraw()
+
+
+class FleetApp(App[int]):
+    TITLE = "gputui fleet"
+    CSS = "Screen { layout: vertical; }"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("s", "sort_next", "Sort"),
+        Binding("b", "sort('busy')", "Busy"),
+        Binding("i", "sort('idle')", "Idle"),
+        Binding("m", "sort('memory')", "Memory"),
+        Binding("n", "sort('name')", "Name", show=False),
+        Binding("d", "sort('dips')", "Dips", show=False),
+        Binding("z", "sort('zombies')", "Zombies", show=False),
+        Binding("r", "refresh", "Refresh"),
+    ]
+    HELP = [
+        ("Enter", "open the host under the cursor: its GPUs, processes, zombies, allocators (Esc: back)"),
+        ("s", "sort by the next key: busy, idle, memory, dips, zombies, name (or click a column)"),
+        ("b / i / m", "sort: busiest first / idlest first / fullest memory first"),
+        ("d / z / n", "sort: most dips / most zombies / by name"),
+        ("r", "refresh now (also retries at once after an error)"),
+        ("?", "this help"),
+        ("q", "quit"),
+    ]
+
+    def __init__(self, reader: FleetReader, interval: float = 5.0, sort: str = "busy",
+                 mouse: bool = True) -> None:
+        super().__init__()
+        partial_updates.install()
+        self.reader = reader
+        self.interval = interval
+        self.sort = sort
+        self.mouse = mouse
+        self.view: FleetView = reader.view
+        self.frames = 0  # views applied; tests wait on it
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.theme = DEFAULT_THEME
+
+    def compose(self) -> ComposeResult:
+        self.header = FleetHeader(self.reader.prometheus.url, id="header")
+        self.banner = Banner(id="banner")
+        self.banner.selector = self.reader.matchers
+        self.table = FleetTable(id="hosts")
+        self.table.window_label = window_label(self.reader.window)
+        yield self.header
+        yield self.banner
+        yield self.table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._apply_palette()
+        self.theme_changed_signal.subscribe(self, lambda _theme: self._apply_palette())
+        self.table.focus()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        self.set_interval(1.0, self.banner.redraw)  # the "retry in N s" countdown
+        self._refresh_loop()
+
+    def _on_signal(self, sig: int) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.exit(128 + sig)
+        timer = threading.Timer(2.0, os._exit, (128 + sig,))  # a dead terminal must not hang us
+        timer.daemon = True
+        timer.start()
+
+    def _apply_palette(self) -> None:
+        palette = Palette.from_theme(self.current_theme)
+        for canvas in (self.header, self.banner, self.table):
+            canvas.palette = palette
+            canvas.redraw()
+
+    @work(thread=True, exclusive=True, group="fleet")
+    def _refresh_loop(self) -> None:
+        worker = get_current_worker()
+        while not worker.is_cancelled and not self._stop.is_set():
+            view = self.reader.refresh()
+            # After a failure retry sooner, backing off: 2, 4, 8 ... seconds, never past the interval.
+            delay = self.interval if view.error is None else min(self.interval, 2.0 ** min(view.failures, 6))
+            self.banner.retry_at = time.monotonic() + delay
+            self.post_message(FleetReady(view))
+            self._wake.wait(delay)
+            self._wake.clear()
+
+    def on_fleet_ready(self, message: FleetReady) -> None:
+        self.show(message.view)
+
+    def show(self, view: FleetView) -> None:
+        self.view = view
+        self.frames += 1
+        self.header.view = self.banner.view = view
+        self.header.sort = self.sort
+        self.table.sort = self.sort
+        self.table.now = view.fetched_at or time.time()
+        self.table.empty_note = "waiting for Prometheus…" if view.fetched_at is None else "no hosts"
+        with self.batch_update():
+            self.header.redraw()
+            self.banner.redraw()
+            self.table.apply(sort_hosts(view.hosts, self.sort))
+            if isinstance(self.screen, HostScreen):
+                self.screen.show(view)
+
+    def action_sort(self, key: str) -> None:
+        self.sort = key
+        self.show(self.view)
+
+    def action_sort_next(self) -> None:
+        self.action_sort(SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)])
+
+    @on(FleetTable.SortClicked)
+    def _sort_clicked(self, event: FleetTable.SortClicked) -> None:
+        same = event.sort == self.sort or (event.sort, self.sort) == ("busy", "busy")
+        self.action_sort("idle" if same and event.sort == "busy" else event.sort)
+
+    def action_refresh(self) -> None:
+        self._wake.set()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.HELP))
+
+    @on(FleetTable.RowChosen)
+    def _open_host(self, event: FleetTable.RowChosen) -> None:
+        host: FleetHost = event.row
+        self.reader.focus = host.name
+        screen = HostScreen(host.name, self.table.palette)
+        self.push_screen(screen, callback=self._host_closed)
+        screen.show(self.view)
+        self._wake.set()  # fetch its processes and memory now
+
+    def _host_closed(self, _result: None) -> None:
+        self.reader.focus = None
+        self.table.focus()
+
+    def action_quit(self) -> None:  # type: ignore[override]
+        self._stop.set()
+        self._wake.set()
+        self.exit(0)
+
