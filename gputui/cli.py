@@ -250,6 +250,9 @@ def export_command(argv: list[str]) -> int:
         try:
             ex.announce(port, args.bind, exporter, args.interval)
             ex.run(exporter, args.interval)
+        except SystemExit as stop:  # SIGTERM / SIGINT: how a service is stopped, so a clean exit
+            if stop.code not in (128 + signal.SIGTERM, 128 + signal.SIGINT):
+                raise
         finally:
             server.shutdown()
             server.server_close()

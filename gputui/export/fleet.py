@@ -222,7 +222,9 @@ class FleetReader:
 
     def _read(self) -> FleetView:
         now = self.clock()
-        end = math.floor(now / self.step) * self.step  # on the step grid: the sparklines do not wobble
+        # On the step grid, so the sparklines do not wobble; rounded up, so the last point is the latest
+        # sample (Prometheus answers a point ahead of now with the newest value it has).
+        end = math.ceil(now / self.step) * self.step
         start = end - self.window
         q = self.prometheus
         util_range = q.query_range(f"DCGM_FI_DEV_GPU_UTIL{self._selector()}", start, end, self.step)
@@ -233,14 +235,14 @@ class FleetReader:
         dips = q.query(f"sum by (Hostname, instance, job, gpu) "
                        f"(increase(gputui_dips_total{self._selector()}[{int(self.window)}s]))", at=now)
         up = q.query("up", at=now)
-        hosts = self._hosts(util_range, latest, ours, dips, up, start)
+        hosts = self._hosts(util_range, latest, ours, dips, up, start, now)
         detail = self._detail(start, end) if self.focus else None
         return FleetView(hosts=tuple(hosts), start=start, end=end, step=self.step, fetched_at=now,
                          detail=detail)
 
     def _hosts(self, util_range: list[dict[str, Any]], latest: list[dict[str, Any]],
                ours: list[dict[str, Any]], dips: list[dict[str, Any]], up: list[dict[str, Any]],
-               start: float) -> list[FleetHost]:
+               start: float, now: float) -> list[FleetHost]:
         points = self.points
         gpus: dict[str, dict[str, dict[str, Any]]] = {}  # host -> gpu -> fields
         targets: dict[str, tuple[str, str]] = {}
@@ -259,7 +261,7 @@ class FleetReader:
             values = s.get("values") or ()
             if values:
                 host = host_name(s["metric"])
-                seen[host] = max(seen.get(host, 0.0), float(values[-1][0]))
+                seen[host] = min(now, max(seen.get(host, 0.0), float(values[-1][0])))
             gpu_of(s["metric"])["series"] = on_grid(values, start, self.step, points)
         field_names = {"DCGM_FI_DEV_GPU_UTIL": "util", "DCGM_FI_DEV_FB_USED": "mem_used",
                        "DCGM_FI_DEV_FB_FREE": "mem_free", "DCGM_FI_DEV_GPU_TEMP": "temperature",
@@ -304,12 +306,20 @@ class FleetReader:
                     gpu = replace(old[gpu_id], series=gpu.series or old[gpu_id].series)
                 row.append(gpu)
             job, instance = targets.get(name, ("", ""))
-            hosts.append(FleetHost(name, instance, job, tuple(row), last_seen=seen.get(name),
+            last_seen = now if not stale else seen.get(name, previous[name].last_seen if name in previous
+                                                        else None)
+            hosts.append(FleetHost(name, instance, job, tuple(row), last_seen=last_seen,
                                    stale=stale, down=(job, instance) in down,
                                    gputui=name in gputui_hosts or (stale and name in previous
                                                                    and previous[name].gputui),
                                    zombies=zombies.get(name, previous[name].zombies if stale and
                                                        name in previous else {})))
+        for name, old_host in previous.items():
+            # Gone from the range data too (it was up for less than a step): keep it, stale, for a window.
+            recent = old_host.last_seen is not None and now - old_host.last_seen <= self.window
+            if name not in gpus and recent:
+                hosts.append(replace(old_host, stale=True,
+                                     down=(old_host.job, old_host.instance) in down))
         return hosts
 
     def _detail(self, start: float, end: float) -> HostDetail:

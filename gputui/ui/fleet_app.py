@@ -217,7 +217,7 @@ class HostView(CellCanvas, can_focus=True):
 
 
 class HostScreen(Screen[None]):
-    BINDINGS = [Binding("escape,backspace,left", "app.pop_screen", "Back"),
+    BINDINGS = [Binding("escape,backspace,left", "dismiss", "Back"),
                 Binding("q", "app.quit", "Quit")]
 
     def __init__(self, name: str, palette: Palette) -> None:

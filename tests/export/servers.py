@@ -66,16 +66,21 @@ class PrometheusServer:
 
     def __init__(self, workdir: Path, targets: list[int], scrape_s: float = 1.0) -> None:
         assert PROMETHEUS, NO_PROMETHEUS
+        self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = workdir / "prometheus.yml"
+        self.config = workdir / "prometheus.yml"
         listed = ", ".join(f"'127.0.0.1:{p}'" for p in targets)
-        config.write_text(
+        self.config.write_text(
             f"global:\n  scrape_interval: {scrape_s:g}s\n  evaluation_interval: {scrape_s:g}s\n"
             f"scrape_configs:\n  - job_name: gpu\n    static_configs:\n      - targets: [{listed}]\n")
-        self.log = open(workdir / "prometheus.log", "w")  # noqa: SIM115 - closed in stop()
+        self.start()
+
+    def start(self) -> None:
+        """(Re)start on the same port and data directory."""
+        self.log = open(self.workdir / "prometheus.log", "a")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+            [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}"],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_ready()
