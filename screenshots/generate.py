@@ -1,4 +1,5 @@
-"""`make screenshots`: SVGs of the main views, from the demo (seed 0) with five minutes behind it.
+"""`make screenshots`: SVGs of the main views, from the demo (seed 0) with five minutes behind it, and
+of the fleet view over a made-up cluster (seeded).
 
 The demo runs for real (its processes are real children), but its clock is driven here: five simulated
 minutes of history are sampled in a moment, so every picture has full sparklines.
@@ -9,13 +10,26 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from gputui.collect.demo import DemoSource
 from gputui.collect.sampler import Sampler
+from gputui.export.fleet import (
+    FleetAgent,
+    FleetGpu,
+    FleetHost,
+    FleetProcess,
+    FleetReader,
+    FleetView,
+    HostDetail,
+)
+from gputui.export.promql import Prometheus
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.fleet_app import FleetApp
 
 OUT = Path(__file__).resolve().parent
 HISTORY_S = 330
@@ -70,9 +84,69 @@ class _RecordedAgent:
         return {"ok": False, "error": "a recorded agent takes no actions"}
 
 
+class _FleetOnRecord(FleetReader):
+    """The fleet view of a made-up cluster (seeded), as if read from Prometheus: no server needed."""
+
+    def __init__(self, now: float) -> None:
+        super().__init__(Prometheus("http://prometheus:9090"), window=900.0)
+        rng = random.Random(0)
+        hosts = []
+        for h in range(14):
+            name = f"train-{h + 1:02d}"
+            dcgm_only = h in (10, 11)  # scraped from a stock dcgm-exporter
+            idle = h in (4, 12)
+            gpus = []
+            for g in range(8):
+                level = 3.0 if idle else rng.uniform(80, 98)
+                series = tuple(max(0.0, min(100.0, level + rng.gauss(0, 3)
+                                            - (60 if not idle and rng.random() < 0.06 else 0)))
+                               for _ in range(self.points))
+                used = 2000.0 if idle else rng.uniform(50_000, 78_000)
+                gpus.append(FleetGpu(str(g), f"GPU-{h:02d}{g:02d}", "NVIDIA H100 80GB HBM3", util=series[-1],
+                                     mem_used=used, mem_free=81_559.0 - used, temperature=rng.uniform(40, 75),
+                                     power=80.0 if idle else rng.uniform(450, 690), series=series,
+                                     dips=None if dcgm_only else float(rng.randint(0, 9) * (not idle))))
+            zombies = {"defunct": 1 if h == 2 else 0, "orphan": 2 if h == 4 else 0, "nvml-only": 0}
+            hosts.append(FleetHost(name, f"{name}:9400", "gpu", tuple(gpus), last_seen=now,
+                                   gputui=not dcgm_only, zombies={} if dcgm_only else zombies))
+        hosts[7] = replace(hosts[7], stale=True, down=True, last_seen=now - 95)
+        detail = HostDetail("train-03", (
+            FleetProcess("0", "41877", "alice", "python train.py --config llama-7b.yaml", "ok", 71.2 * 2**30),
+            FleetProcess("1", "41878", "alice", "python train.py --config llama-7b.yaml", "ok", 70.9 * 2**30),
+            FleetProcess("2", "39011", "bob", "python eval.py --ckpt last.pt", "orphan", 9.5 * 2**30),
+            FleetProcess("3", "40002", "", "", "nvml-only", 1.0 * 2**30),
+        ), (FleetAgent("41877", "python train.py --config llama-7b.yaml", "0",
+                       {"allocated_bytes": 52.6e9, "reserved_bytes": 66.5e9, "fragmentation_percent": 84.6,
+                        "alloc_retries_total": 3.0, "ooms_total": 0.0}),),
+            {str(g): tuple(88.0 + g for _ in range(self.points)) for g in range(8)})
+        self.fixed = FleetView(tuple(hosts), start=now - 900.0, end=now, step=self.step, fetched_at=now,
+                               queries=5)
+        self.detail = detail
+
+    def refresh(self) -> FleetView:
+        self.view = replace(self.fixed, detail=self.detail if self.focus else None,
+                            queries=8 if self.focus else 5)
+        return self.view
+
+
+async def shoot_fleet(name: str, size: tuple[int, int], keys: tuple[str, ...] = ()) -> None:
+    app = FleetApp(_FleetOnRecord(time.time()), interval=3600.0)
+    async with app.run_test(size=size) as pilot:
+        while app.frames < 1:
+            await pilot.pause(0.05)
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause(0.3)
+        await pilot.pause(0.3)
+        app.save_screenshot(str(OUT / f"{name}.svg"))
+    print(f"screenshots/{name}.svg")
+
+
 async def main() -> None:
     os.environ.setdefault("TZ", "UTC")
     time.tzset()
+    await shoot_fleet("fleet-120x40", (120, 40))
+    await shoot_fleet("fleet-host", (120, 40), keys=("down", "down", "enter"))
     await shoot("main-120x40", (120, 40), gpus=8)
     await shoot("compact-80x24", (80, 24), gpus=4)
     await shoot("detail", (120, 40), gpus=4, keys=("enter",))

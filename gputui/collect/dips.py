@@ -141,7 +141,9 @@ def _wait_share(snap: Snapshot, gpu: int) -> float | None:
     """The data-loader wait share of an agent-running process on `gpu`, if any."""
     for p in snap.processes:
         if p.gpu == gpu and p.pid in snap.agents:
-            share = (snap.agents[p.pid].get("progress") or {}).get("data_wait_share")
-            if share is not None:
+            progress = snap.agents[p.pid].get("progress")
+            share = progress.get("data_wait_share") if isinstance(progress, dict) else None
+            # The reply comes from another process: a share that is not a number is no share.
+            if isinstance(share, (int, float)) and not isinstance(share, bool):
                 return float(share)
     return None

@@ -46,9 +46,13 @@ class Exporter:
                 self.failures += 1
                 self.last_error = f"{type(err).__name__}: {err}"
             return None
-        ended = self.detector.add(snap)
+        try:
+            ended, ongoing = self.detector.add(snap), self.detector.ongoing(snap.time)
+        except Exception as err:  # dips are extra: they must never stop the metrics being served
+            ended, ongoing = [], []
+            self.last_error = f"dip detection: {type(err).__name__}: {err}"
         with self._lock:
-            self.dips.add(ended, self.detector.ongoing(snap.time))
+            self.dips.add(ended, ongoing)
             self.latest = snap
             self.sample_seconds = time.perf_counter() - started
         return snap

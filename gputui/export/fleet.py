@@ -236,7 +236,8 @@ class FleetReader:
                        f"(increase(gputui_dips_total{self._selector()}[{int(self.window)}s]))", at=now)
         up = q.query("up", at=now)
         hosts = self._hosts(util_range, latest, ours, dips, up, start, now)
-        detail = self._detail(start, end) if self.focus else None
+        focus = self.focus  # read once: the UI thread may clear it meanwhile
+        detail = self._detail(focus, start, end) if focus else None
         return FleetView(hosts=tuple(hosts), start=start, end=end, step=self.step, fetched_at=now,
                          detail=detail)
 
@@ -322,9 +323,7 @@ class FleetReader:
                                      down=(old_host.job, old_host.instance) in down))
         return hosts
 
-    def _detail(self, start: float, end: float) -> HostDetail:
-        assert self.focus is not None
-        host = self.focus
+    def _detail(self, host: str, start: float, end: float) -> HostDetail:
         known = next((h for h in self.view.hosts if h.name == host), None)
         # dcgm-exporter's Hostname when the host has one, else its scrape target.
         label = f"Hostname={label_value(host)}"

@@ -194,6 +194,16 @@ AGENT_FIELDS = (
 )
 
 
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
 def _agent_families(snap: Snapshot) -> Iterator[Metric]:
     names = {p.pid: _short_command(p.command, p.name) for p in snap.processes}
     label_names = ["Hostname", "pid", "command", "cuda_device"]
@@ -208,17 +218,18 @@ def _agent_families(snap: Snapshot) -> Iterator[Metric]:
         if not isinstance(reply, dict):
             continue
         command = names.get(pid, "")
-        allocator = reply.get("allocator") or {}
-        for dev in allocator.get("devices") or ():
+        # A reply comes from another process: trust no shape in it.
+        devices = _dict(reply.get("allocator")).get("devices")
+        for dev in devices if isinstance(devices, list) else ():
             if not isinstance(dev, dict):
                 continue
             values = [snap.hostname, str(pid), command, str(dev.get("index", ""))]
             for suffix, _doc, key, _kind in AGENT_FIELDS:
-                value = dev.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    fams[suffix].add_metric(values, float(value))
-        share = (reply.get("progress") or {}).get("data_wait_share")
-        if isinstance(share, (int, float)):
-            wait.add_metric([snap.hostname, str(pid), command], float(share))
+                value = _number(dev.get(key))
+                if value is not None:
+                    fams[suffix].add_metric(values, value)
+        share = _number(_dict(reply.get("progress")).get("data_wait_share"))
+        if share is not None:
+            wait.add_metric([snap.hostname, str(pid), command], share)
     yield from fams.values()
     yield wait

@@ -5,6 +5,7 @@ Every failure becomes a PrometheusError with one line a person can act on.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -23,8 +24,12 @@ class QueryRefused(PrometheusError):
 def check_url(url: str) -> str:
     """The API base URL without a trailing slash; ValueError with the reason when it is not usable."""
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: {url!r} (e.g. http://prometheus:9090)")
+    try:
+        parts.port  # noqa: B018 - raises for a port that is no number or out of range
+    except ValueError:
+        raise ValueError(f"not a usable port in {url!r} (e.g. http://prometheus:9090)") from None
     return url.rstrip("/")
 
 
@@ -78,6 +83,9 @@ class Prometheus:
                                       ) from None
             text = getattr(reason, "strerror", None) or str(reason)
             raise PrometheusError(f"cannot reach Prometheus at {self.url}: {text}") from None
+        except http.client.HTTPException as err:  # a malformed answer, or a URL http.client rejects
+            raise PrometheusError(f"cannot talk to Prometheus at {self.url}: {type(err).__name__}: {err}"
+                                  ) from None
         except OSError as err:  # a connection reset mid-answer
             raise PrometheusError(f"cannot read from Prometheus at {self.url}: {err.strerror or err}"
                                   ) from None
@@ -91,7 +99,10 @@ class Prometheus:
 
     def _http_error(self, err: urllib.error.HTTPError) -> PrometheusError:
         try:
-            doc = json.loads(err.read())
-            return QueryRefused(f"Prometheus refused the query: {doc['error']}")
+            reason = json.loads(err.read())["error"]
         except (ValueError, KeyError, TypeError, OSError):
             return PrometheusError(f"{self.url} answered HTTP {err.code} {err.reason} (is it Prometheus?)")
+        if err.code in (400, 422):  # bad_data, execution: the query itself is wrong
+            return QueryRefused(f"Prometheus refused the query: {reason}")
+        # 503 timeout / canceled and the like: a loaded Prometheus; asking again may work.
+        return PrometheusError(f"Prometheus could not answer (HTTP {err.code}): {reason}")
