@@ -8,6 +8,9 @@ holders: the /dev/nvidia* holder scan in a world of 1,000 real processes with ~2
 tui:     `gputui --demo --demo-gpus 8` at 1 Hz in a 120x40 pseudo-terminal (TERM=xterm-256color, no
          COLORTERM, as over SSH), measured for 30 s after a 5 s warm-up: bytes/s written to the terminal,
          CPU % of one core (the whole process tree), peak RSS, time to the first full frame.
+exporter: `gputui export` on the demo: a sample, a scrape (and its bytes), a real exporter's CPU and RSS.
+fleet:   `gputui fleet` over 100 hosts x 8 GPUs from a fake Prometheus on loopback: queries and ms per
+         refresh, and the TUI in a 200x60 pseudo-terminal at a 5 s refresh.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.export: the bench's servers
 
 from gputui.collect.demo import DemoSource
 from gputui.collect.holders import HolderScanner, device_paths
@@ -210,13 +215,19 @@ def _peak_rss_kib(pid: int) -> int | None:
 
 
 def bench_tui(gpus: int = 8, warmup: float = 5.0, measure: float = 30.0, cols: int = 120,
-              rows: int = 40) -> dict[str, float | int | None]:
+              rows: int = 40, args: tuple[str, ...] | None = None,
+              full_frame: tuple[bytes, ...] | None = None) -> dict[str, float | int | None]:
+    """A gputui TUI in a pseudo-terminal: `gputui --demo` unless `args` says otherwise; the first full
+    frame is when every byte string of `full_frame` has been written."""
+    args = args or ("--demo", "--demo-gpus", str(gpus), "--interval", "1")
+    # The full frame: the last GPU's pane and the table's rows are on screen.
+    full_frame = full_frame or (f"{gpus - 1} H100".encode(), b"demo_train.py")
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     env = {k: v for k, v in os.environ.items() if k != "COLORTERM"}
     env["TERM"] = "xterm-256color"
     start = time.monotonic()
-    cmd = [sys.executable, "-m", "gputui", "--demo", "--demo-gpus", str(gpus), "--interval", "1"]
+    cmd = [sys.executable, "-m", "gputui", *args]
     proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)
     ps = psutil.Process(proc.pid)
@@ -244,8 +255,7 @@ def bench_tui(gpus: int = 8, warmup: float = 5.0, measure: float = 30.0, cols: i
                 first_output = time.monotonic() - start
             if first_frame is None:
                 seen += chunk
-                # The full frame: the last GPU's pane and the table's rows are on screen.
-                if f"{gpus - 1} H100".encode() in seen and b"demo_train.py" in seen:
+                if all(mark in seen for mark in full_frame):
                     first_frame = time.monotonic() - start
         elapsed = time.monotonic() - t_measure if t_measure else 0.0
         cpu = (_tree_cpu(ps) - cpu0) / elapsed * 100 if cpu0 is not None and elapsed else None
@@ -271,12 +281,86 @@ def bench_tui(gpus: int = 8, warmup: float = 5.0, measure: float = 30.0, cols: i
     return result
 
 
+def bench_exporter(gpus: int = 8, ticks: int = 60, measure: float = 20.0) -> dict[str, object]:
+    """`gputui export` on the demo: one sample (+ dips), one scrape, and a real exporter process's CPU
+    at 1 Hz sampling while it is scraped every second."""
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from gputui.export.exporter import Exporter
+
+    with Sampler(DemoSource(gpus=gpus, start_at=120.0)) as sampler:
+        exporter = Exporter(sampler)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(exporter)  # type: ignore[arg-type]
+        tick, scrape = [], []
+        for _ in range(ticks):
+            t0 = time.perf_counter()
+            exporter.tick()
+            t1 = time.perf_counter()
+            body = generate_latest(registry)
+            tick.append((t1 - t0) * 1000)
+            scrape.append((time.perf_counter() - t1) * 1000)
+    from tests.export.servers import Exporter as ExporterProcess
+
+    proc = ExporterProcess("bench", gpus=gpus, interval=1.0)
+    try:
+        ps = psutil.Process(proc.proc.pid)
+        time.sleep(2.0)
+        cpu0, t0 = ps.cpu_times(), time.monotonic()
+        while time.monotonic() - t0 < measure:
+            proc.scrape()
+            time.sleep(1.0)
+        cpu1, elapsed = ps.cpu_times(), time.monotonic() - t0
+        rss = ps.memory_info().rss
+    finally:
+        proc.stop()
+    used = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
+    return {
+        "gpus": gpus,
+        "sample_ms_median": round(statistics.median(tick), 3),
+        "scrape_ms_median": round(statistics.median(scrape), 3),
+        "scrape_bytes": len(body),
+        "process_cpu_percent_of_core": round(100 * used / elapsed, 2),
+        "process_rss_mib": round(rss / 2**20, 1),
+    }
+
+
+def bench_fleet(hosts: int = 100, gpus: int = 8, refreshes: int = 10, measure: float = 30.0
+                ) -> dict[str, object]:
+    """`gputui fleet` over a fleet of `hosts` x `gpus` served by a fake Prometheus on loopback (a real
+    HTTP server answering the reader's queries): one refresh, and the TUI at a 5 s refresh in 200x60."""
+    from gputui.export.fleet import FleetReader
+    from gputui.export.promql import Prometheus
+    from tests.export.fake_prometheus import FakePrometheus
+
+    with FakePrometheus(hosts=hosts, gpus=gpus, gputui=True) as fake:
+        reader = FleetReader(Prometheus(fake.url))
+        times = []
+        for _ in range(refreshes):
+            t0 = time.perf_counter()
+            view = reader.refresh()
+            times.append((time.perf_counter() - t0) * 1000)
+        assert view.error is None and len(view.hosts) == hosts, view.error
+        tui = bench_tui(measure=measure, cols=200, rows=60, args=(
+            "fleet", "--prometheus", fake.url, "--interval", "5", "--sort", "name"),
+            full_frame=(b"UTILIZATION PER GPU", sorted(h.name for h in view.hosts)[0].encode()))
+    return {
+        "hosts": hosts,
+        "gpus": hosts * gpus,
+        "queries_per_refresh": view.queries,
+        "refresh_ms_median": round(statistics.median(times), 1),
+        "tui": tui,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--measure", type=float, default=30.0, help="seconds measured in the terminal")
     args = ap.parse_args()
     results = {"sampler": bench_sampler(), "holders": bench_holders(), "agent": bench_agent(),
-               "tui": bench_tui(measure=args.measure)}
+               "tui": bench_tui(measure=args.measure), "exporter": bench_exporter(),
+               "fleet": bench_fleet(measure=args.measure)}
     json.dump(results, sys.stdout, indent=2)
     print()
     return 0

@@ -99,14 +99,14 @@ class _FleetOnRecord(FleetReader):
             for g in range(8):
                 level = 3.0 if idle else rng.uniform(80, 98)
                 series = tuple(max(0.0, min(100.0, level + rng.gauss(0, 3)
-                                            - (60 if not idle and rng.random() < 0.06 else 0)))
+                                            - (60 if not idle and rng.random() < 0.01 else 0)))
                                for _ in range(self.points))
                 used = 2000.0 if idle else rng.uniform(50_000, 78_000)
                 gpus.append(FleetGpu(str(g), f"GPU-{h:02d}{g:02d}", "NVIDIA H100 80GB HBM3", util=series[-1],
                                      mem_used=used, mem_free=81_559.0 - used, temperature=rng.uniform(40, 75),
                                      power=80.0 if idle else rng.uniform(450, 690), series=series,
-                                     dips=None if dcgm_only else float(rng.randint(0, 9) * (not idle))))
-            zombies = {"defunct": 1 if h == 2 else 0, "orphan": 2 if h == 4 else 0, "nvml-only": 0}
+                                     dips=None if dcgm_only else float(rng.randint(0, 3) * (not idle))))
+            zombies = {"defunct": 1 if h == 4 else 0, "orphan": 1 if h == 2 else 0, "nvml-only": int(h == 2)}
             hosts.append(FleetHost(name, f"{name}:9400", "gpu", tuple(gpus), last_seen=now,
                                    gputui=not dcgm_only, zombies={} if dcgm_only else zombies))
         hosts[7] = replace(hosts[7], stale=True, down=True, last_seen=now - 95)
@@ -118,13 +118,13 @@ class _FleetOnRecord(FleetReader):
         ), (FleetAgent("41877", "python train.py --config llama-7b.yaml", "0",
                        {"allocated_bytes": 52.6e9, "reserved_bytes": 66.5e9, "fragmentation_percent": 84.6,
                         "alloc_retries_total": 3.0, "ooms_total": 0.0}),),
-            {str(g): tuple(88.0 + g for _ in range(self.points)) for g in range(8)})
+            {str(g): tuple(min(90.0, 60.0 + 4 * g + i / 20) for i in range(self.points)) for g in range(8)})
         self.fixed = FleetView(tuple(hosts), start=now - 900.0, end=now, step=self.step, fetched_at=now,
                                queries=5)
         self.detail = detail
 
     def refresh(self) -> FleetView:
-        self.view = replace(self.fixed, detail=self.detail if self.focus else None,
+        self.view = replace(self.fixed, detail=replace(self.detail, host=self.focus) if self.focus else None,
                             queries=8 if self.focus else 5)
         return self.view
 
@@ -146,7 +146,7 @@ async def main() -> None:
     os.environ.setdefault("TZ", "UTC")
     time.tzset()
     await shoot_fleet("fleet-120x40", (120, 40))
-    await shoot_fleet("fleet-host", (120, 40), keys=("down", "down", "enter"))
+    await shoot_fleet("fleet-host", (120, 40), keys=("n", "home", "down", "down", "enter"))  # train-03
     await shoot("main-120x40", (120, 40), gpus=8)
     await shoot("compact-80x24", (80, 24), gpus=4)
     await shoot("detail", (120, 40), gpus=4, keys=("enter",))

@@ -140,7 +140,7 @@ class HostView(CellCanvas, can_focus=True):
         state_style = p.error if host.down else p.warning if host.stale else p.good
         title.add("  ").add(state_text(host, now), state_style)
         lines = [title, Line()]
-        spark = max(10, min(60, (width - 62) // 2))
+        spark = max(8, min(60, (width - 68) // 2))  # two sparklines right of 67 columns of numbers
         head = Line().add(f" {'GPU':>3} {'MODEL':<22} {'UTIL':>5} {'MEM':>13} {'TEMP':>5} {'POWER':>6} "
                           f"{'DIPS':>4}  ", p.header)
         lines.append(head.add(fit("UTIL " + window_label(view.end - view.start), spark + 1), p.header)
@@ -372,8 +372,8 @@ class FleetApp(App[int]):
         self.reader.focus = None
         self.table.focus()
 
-    def action_quit(self) -> None:  # type: ignore[override]
+    def on_unmount(self) -> None:
+        # However the app ends, the refresh thread must not sleep out its interval: the process waits.
         self._stop.set()
         self._wake.set()
-        self.exit(0)
 

@@ -42,14 +42,10 @@ async def until(pilot: Pilot[int], condition: Callable[[], bool], timeout: float
 
 @asynccontextmanager
 async def running(app: FleetApp) -> AsyncIterator[Pilot[int]]:
-    """The app in a 160x50 terminal, its first view drawn; its refresh thread stopped however it ends
-    (left alone it would sleep out the interval)."""
+    """The app in a 160x50 terminal, its first view drawn (the app stops its refresh thread as it ends)."""
     async with app.run_test(size=(160, 50)) as pilot:
-        try:
-            await until(pilot, lambda: app.frames >= 1 and len(app.view.hosts) == HOSTS)
-            yield pilot
-        finally:
-            app.action_quit()
+        await until(pilot, lambda: app.frames >= 1 and len(app.view.hosts) == HOSTS)
+        yield pilot
 
 
 def names(app: FleetApp) -> list[str]:
