@@ -255,6 +255,7 @@ def test_headless_modules_do_not_import_textual() -> None:
     result = _python(
         "import gputui.collect.sampler, gputui.collect.demo, gputui.collect.nvml, gputui.collect.procs\n"
         "import gputui.cli, gputui.oneshot, gputui.jsonout, gputui.model, sys\n"
+        "import gputui.export.exporter, gputui.export.fleet, gputui.export.metrics, gputui.export.promql\n"
         "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))\n")
     assert result.returncode == 0, result.stderr
 

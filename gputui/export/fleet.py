@@ -21,7 +21,10 @@ from gputui.export.promql import Prometheus, PrometheusError, QueryRefused, labe
 
 DEFAULT_WINDOW_S = 900.0
 SPARK_POINTS = 60  # points per GPU in the range query: enough for the drill-down's sparkline
-NOW_FIELDS = ("GPU_UTIL", "FB_USED", "FB_FREE", "GPU_TEMP", "POWER_USAGE")
+# The latest value of each, by the FleetGpu field it fills.
+LATEST_FIELDS = {"DCGM_FI_DEV_GPU_UTIL": "util", "DCGM_FI_DEV_FB_USED": "mem_used",
+                 "DCGM_FI_DEV_FB_FREE": "mem_free", "DCGM_FI_DEV_GPU_TEMP": "temperature",
+                 "DCGM_FI_DEV_POWER_USAGE": "power"}
 SORTS = ("name", "busy", "idle", "memory", "dips", "zombies")
 
 
@@ -175,6 +178,17 @@ def on_grid(values: Iterable[list[Any]], start: float, step: float, points: int
     return tuple(series)
 
 
+def _stale(host: FleetHost, old: FleetHost | None, last_seen: float | None) -> FleetHost:
+    """`host` has no current sample: it keeps its last values (from `old`), with the window behind them."""
+    if old is None:
+        return replace(host, stale=True, last_seen=last_seen)
+    before = {g.gpu: g for g in old.gpus}
+    gpus = tuple(replace(before[g.gpu], series=g.series or before[g.gpu].series) if g.gpu in before else g
+                 for g in host.gpus)
+    return replace(host, gpus=gpus, stale=True, last_seen=last_seen or old.last_seen,
+                   gputui=host.gputui or old.gputui, zombies=host.zombies or old.zombies)
+
+
 def host_name(labels: dict[str, str]) -> str:
     """dcgm-exporter and gputui name the machine in `Hostname`; the scrape target is the fallback."""
     return labels.get("Hostname") or labels.get("instance") or "?"
@@ -228,7 +242,7 @@ class FleetReader:
         start = end - self.window
         q = self.prometheus
         util_range = q.query_range(f"DCGM_FI_DEV_GPU_UTIL{self._selector()}", start, end, self.step)
-        names = "|".join(NOW_FIELDS)
+        names = "|".join(n.removeprefix("DCGM_FI_DEV_") for n in LATEST_FIELDS)
         latest = q.query(self._selector(f'__name__=~"DCGM_FI_DEV_({names})"'), at=now)
         ours_names = "zombie_processes|unaccounted_memory_bytes|gpu_in_dip|exporter_info"
         ours = q.query(self._selector(f'__name__=~"gputui_({ours_names})"'), at=now)
@@ -244,43 +258,35 @@ class FleetReader:
     def _hosts(self, util_range: list[dict[str, Any]], latest: list[dict[str, Any]],
                ours: list[dict[str, Any]], dips: list[dict[str, Any]], up: list[dict[str, Any]],
                start: float, now: float) -> list[FleetHost]:
-        points = self.points
-        gpus: dict[str, dict[str, dict[str, Any]]] = {}  # host -> gpu -> fields
-        targets: dict[str, tuple[str, str]] = {}
-        seen: dict[str, float] = {}
-        fresh: set[str] = set()
+        gpus: dict[str, dict[str, dict[str, Any]]] = {}  # host -> gpu -> FleetGpu's fields
+        targets: dict[str, tuple[str, str]] = {}  # host -> (job, instance)
+        seen: dict[str, float] = {}  # host -> time of its newest sample in the window
+        fresh: set[str] = set()  # hosts with a current sample
 
         def gpu_of(labels: dict[str, str]) -> dict[str, Any]:
             host = host_name(labels)
             targets.setdefault(host, (labels.get("job", ""), labels.get("instance", "")))
-            entry = gpus.setdefault(host, {}).setdefault(labels.get("gpu", "?"), {})
-            entry.setdefault("uuid", labels.get("UUID", ""))
-            entry.setdefault("model", labels.get("modelName", ""))
-            return entry
+            first = {"uuid": labels.get("UUID", ""), "model": labels.get("modelName", "")}
+            return gpus.setdefault(host, {}).setdefault(labels.get("gpu", "?"), first)
 
         for s in util_range:
             values = s.get("values") or ()
             if values:
                 host = host_name(s["metric"])
                 seen[host] = min(now, max(seen.get(host, 0.0), float(values[-1][0])))
-            gpu_of(s["metric"])["series"] = on_grid(values, start, self.step, points)
-        field_names = {"DCGM_FI_DEV_GPU_UTIL": "util", "DCGM_FI_DEV_FB_USED": "mem_used",
-                       "DCGM_FI_DEV_FB_FREE": "mem_free", "DCGM_FI_DEV_GPU_TEMP": "temperature",
-                       "DCGM_FI_DEV_POWER_USAGE": "power"}
+            gpu_of(s["metric"])["series"] = on_grid(values, start, self.step, self.points)
         for s in latest:
-            labels = s["metric"]
-            name = field_names.get(labels.get("__name__", ""))
+            name = LATEST_FIELDS.get(s["metric"].get("__name__", ""))
             if name:
-                gpu_of(labels)[name] = _value(s)
-                fresh.add(host_name(labels))
+                gpu_of(s["metric"])[name] = _value(s)
+                fresh.add(host_name(s["metric"]))
         zombies: dict[str, dict[str, int]] = {}
-        gputui_hosts: set[str] = set()
         for s in ours:
             labels, value = s["metric"], _value(s)
             host, metric = host_name(labels), labels.get("__name__", "")
-            gputui_hosts.add(host)
+            zombies.setdefault(host, {})
             if metric == "gputui_zombie_processes" and value is not None:
-                zombies.setdefault(host, {})[labels.get("class", "?")] = int(value)
+                zombies[host][labels.get("class", "?")] = int(value)
             elif metric == "gputui_unaccounted_memory_bytes" and host in gpus:
                 gpu_of(labels)["unaccounted"] = value
             elif metric == "gputui_gpu_in_dip" and host in gpus:
@@ -288,39 +294,24 @@ class FleetReader:
         for s in dips:
             if host_name(s["metric"]) in gpus:
                 gpu_of(s["metric"])["dips"] = _value(s)
-        down = {(s["metric"].get("job", ""), s["metric"].get("instance", ""))
-                for s in up if _value(s) == 0}
+        down = {(s["metric"].get("job", ""), s["metric"].get("instance", "")) for s in up if _value(s) == 0}
 
         previous = {h.name: h for h in self.view.hosts}
         hosts = []
-        for name, by_gpu in gpus.items():
-            old = {g.gpu: g for g in previous[name].gpus} if name in previous else {}
-            stale = name not in fresh
-            row = []
-            for gpu_id in sorted(by_gpu, key=lambda g: (len(g), g)):
-                f = by_gpu[gpu_id]
-                gpu = FleetGpu(gpu_id, f.get("uuid", ""), f.get("model", ""),
-                               **{k: f.get(k) for k in field_names.values()},
-                               series=f.get("series", ()), dips=f.get("dips"), in_dip=f.get("in_dip", False),
-                               unaccounted=f.get("unaccounted"))
-                if stale and gpu_id in old:  # keep its last values, with the fresh window behind them
-                    gpu = replace(old[gpu_id], series=gpu.series or old[gpu_id].series)
-                row.append(gpu)
-            job, instance = targets.get(name, ("", ""))
-            last_seen = now if not stale else seen.get(name, previous[name].last_seen if name in previous
-                                                        else None)
-            hosts.append(FleetHost(name, instance, job, tuple(row), last_seen=last_seen,
-                                   stale=stale, down=(job, instance) in down,
-                                   gputui=name in gputui_hosts or (stale and name in previous
-                                                                   and previous[name].gputui),
-                                   zombies=zombies.get(name, previous[name].zombies if stale and
-                                                       name in previous else {})))
-        for name, old_host in previous.items():
+        for name, fields in gpus.items():
+            job, instance = targets[name]
+            in_order = sorted(fields, key=lambda g: (len(g), g))  # 2 before 10
+            host = FleetHost(name, instance, job, tuple(FleetGpu(g, **fields[g]) for g in in_order),
+                             last_seen=now, down=(job, instance) in down, gputui=name in zombies,
+                             zombies=zombies.get(name, {}))
+            old = previous.get(name)
+            if name not in fresh:
+                host = _stale(host, old, seen.get(name))
+            hosts.append(host)
+        for name, old in previous.items():
             # Gone from the range data too (it was up for less than a step): keep it, stale, for a window.
-            recent = old_host.last_seen is not None and now - old_host.last_seen <= self.window
-            if name not in gpus and recent:
-                hosts.append(replace(old_host, stale=True,
-                                     down=(old_host.job, old_host.instance) in down))
+            if name not in gpus and old.last_seen is not None and now - old.last_seen <= self.window:
+                hosts.append(replace(old, stale=True, down=(old.job, old.instance) in down))
         return hosts
 
     def _detail(self, host: str, start: float, end: float) -> HostDetail:
