@@ -342,7 +342,7 @@ def bench_fleet(hosts: int = 100, gpus: int = 8, refreshes: int = 10, measure: f
             view = reader.refresh()
             times.append((time.perf_counter() - t0) * 1000)
         assert view.error is None and len(view.hosts) == hosts, view.error
-        tui = bench_tui(measure=measure, cols=200, rows=60, args=(
+        tui = bench_tui(gpus=hosts * gpus, measure=measure, cols=200, rows=60, args=(
             "fleet", "--prometheus", fake.url, "--interval", "5", "--sort", "name"),
             full_frame=(b"UTILIZATION PER GPU", sorted(h.name for h in view.hosts)[0].encode()))
     return {

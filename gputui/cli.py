@@ -311,10 +311,46 @@ def fleet_command(argv: list[str]) -> int:
     return code if code is not None else 0
 
 
+def doctor_command(argv: list[str]) -> int:
+    """`gputui doctor`: why isn't my GPU being used? Exit 0: nothing wrong, 1: a problem, 2: cannot run."""
+    ap = _Parser(prog="gputui doctor", description="Why isn't my GPU being used? One check per line.")
+    ap.add_argument("--pid", type=_pid, help="also examine this process")
+    ap.add_argument("--python", metavar="PATH", help="the Python to ask about PyTorch (default: this one)")
+    ap.add_argument("--json", action="store_true", help="the checks as JSON, for scripts")
+    args = ap.parse_args(argv)
+    python = args.python
+    if python is not None:
+        found = shutil.which(python)
+        if found is None:
+            ap.error(f"argument --python: not an executable: {python}")
+        python = found
+    from gputui.doctor import report
+    from gputui.doctor.process import NoSuchProcess
+    from gputui.doctor.run import diagnose
+
+    try:
+        checks = diagnose(pid=args.pid, python=python)
+    except NoSuchProcess as err:
+        print(f"gputui doctor: {err}", file=sys.stderr)
+        return report.EXIT_CANNOT_RUN
+    except Exception as err:  # the doctor itself broke: say so in one line, never a traceback
+        print(f"gputui doctor: could not run: {type(err).__name__}: {err}", file=sys.stderr)
+        return report.EXIT_CANNOT_RUN
+    print(report.as_json(checks) if args.json else report.text(checks))
+    return report.exit_code(checks)
+
+
+def _pid(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"run": run_command, "agent": agent_command, "record": record_command,
-                "replay": replay_command, "export": export_command, "fleet": fleet_command}
+                "replay": replay_command, "export": export_command, "fleet": fleet_command,
+                "doctor": doctor_command}
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         # SystemExit unwinds through `finally`: a recording is closed, the demo's children go.
         # (SIGINT too: left to asyncio, one that comes while the app starts would be swallowed.)

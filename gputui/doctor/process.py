@@ -1,0 +1,136 @@
+"""`gputui doctor --pid PID`: one process. Does it hold the GPU at all, with which CUDA_VISIBLE_DEVICES,
+how much memory, is it idle there, is it a zombie of some class, is it waiting for its data loader."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gputui.collect import classify
+from gputui.collect.agents import discover, request
+from gputui.collect.holders import HolderScanner
+from gputui.collect.procs import ProcessJoiner, device_files
+from gputui.doctor import checks_cuda
+from gputui.doctor.facts import SystemFacts
+from gputui.doctor.report import Check, ok, problem, warning
+from gputui.units import fmt_bytes, fmt_duration
+
+IDLE_AFTER_S = 120.0  # at 0 % this long while holding memory: idle
+INPUT_BOUND = 0.5  # share of step time waiting for data
+
+
+class NoSuchProcess(Exception):
+    """--pid names no process: the doctor cannot run (exit 2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessFacts:
+    pid: int
+    command: str
+    devices: tuple[str, ...] | None  # the nvidia device files it holds; None: not readable
+    environ: dict[str, str] | None  # None: not readable
+    memory: dict[int, int | None]  # NVML GPU index -> bytes NVML lists for it
+    idle_s: float | None = None  # seconds its GPUs have been at 0 % (None: not known)
+    category: str = classify.OK
+    reason: str = ""
+    wait_share: float | None = None  # from the gputui agent in the process, if it runs one
+
+
+def gather(pid: int, system: SystemFacts, devices_dir: Path,
+           idle_s: Callable[[dict[int, int | None]], float | None] = lambda _m: None,
+           agent: Callable[[int], dict[str, Any] | None] | None = None) -> ProcessFacts:
+    """`idle_s` says how long the process's GPUs have been at 0 % (from NVML's samples or the TUI's
+    history); `agent` answers its agent's stats, if any."""
+    try:
+        proc = psutil.Process(pid)
+        command = " ".join(proc.cmdline()) or proc.name()
+    except psutil.NoSuchProcess:
+        raise NoSuchProcess(f"no process with pid {pid}") from None
+    except psutil.AccessDenied:
+        command = ""
+    try:
+        environ: dict[str, str] | None = proc.environ()
+    except (psutil.AccessDenied, psutil.NoSuchProcess):
+        environ = None
+    memory = {p.gpu: p.used_memory for p in system.processes if p.pid == pid}
+    minors = {g.minor if g.minor is not None else g.index: g.index for g in system.gpus}
+    rows, _ = ProcessJoiner().join(system.processes, HolderScanner(devices_dir).scan(), minors)
+    mine = [r for r in rows if r.pid == pid]
+    worst = next((r for r in mine if r.category != classify.OK), mine[0] if mine else None)
+    reply = (agent or _agent_stats)(pid)
+    progress = reply.get("progress") if isinstance(reply, dict) else None
+    share = progress.get("data_wait_share") if isinstance(progress, dict) else None
+    return ProcessFacts(
+        pid, command, device_files(pid, devices_dir), environ, memory,
+        idle_s=idle_s(memory) if any(memory.values()) else None,
+        category=worst.category if worst else classify.OK, reason=worst.reason if worst else "",
+        wait_share=float(share) if isinstance(share, (int, float)) and not isinstance(share, bool) else None)
+
+
+def _agent_stats(pid: int) -> dict[str, Any] | None:
+    sock = discover().get(pid)
+    if sock is None:
+        return None
+    try:
+        return request(sock, {"op": "stats"})
+    except Exception:  # an agent that does not answer is no agent
+        return None
+
+
+def checks(p: ProcessFacts, system: SystemFacts) -> list[Check]:
+    who = f"pid {p.pid}"
+    out = [_devices(p, who)]
+    if p.environ is None:
+        out.append(warning("process", f"{who}: its environment is not readable, so its CUDA_VISIBLE_DEVICES "
+                           "is unknown", "run the doctor as its user or as root"))
+    elif system.gpus:
+        verdict = checks_cuda.visible_devices(p.environ, system.gpus, whose=f"{who}: its ")
+        out.append(Check("process", verdict.status, verdict.found, verdict.fix))
+    used = {gpu: m for gpu, m in p.memory.items() if m}
+    if used:
+        where = ", ".join(f"{fmt_bytes(m)} on GPU {gpu}" for gpu, m in sorted(used.items()))
+        out.append(ok("process", f"{who} uses {where}"))
+        if p.idle_s is not None and p.idle_s >= IDLE_AFTER_S:
+            out.append(warning("process", f"{who} holds GPU memory but its GPU has been at 0% for "
+                               f"{fmt_duration(p.idle_s)}",
+                               "it may be stuck (`py-spy dump --pid PID` shows where) or finished but not "
+                               "exited"))
+    elif p.devices:
+        out.append(warning("process", f"{who} holds device files but NVML lists no GPU memory for it",
+                           "it may run in another PID namespace (a container), or be a leftover context"))
+    if p.category != classify.OK and p.category != classify.WORKER:
+        out.append(problem("process", f"{who} is {p.category}: {p.reason}", _ZOMBIE_FIX.get(p.category, "")))
+    if p.wait_share is not None:
+        share = round(100 * p.wait_share)
+        if p.wait_share >= INPUT_BOUND:
+            out.append(warning("process", f"{who} is input-bound: {share}% of step time waiting for data",
+                               "more DataLoader workers (num_workers), pin_memory=True, faster storage or "
+                               "cached/preprocessed data"))
+        else:
+            out.append(ok("process", f"{who} waits for data {share}% of step time"))
+    return out
+
+
+def _devices(p: ProcessFacts, who: str) -> Check:
+    if p.devices is None:
+        return warning("process", f"{who}: its open files are not readable",
+                       "run the doctor as its user or root")
+    if not p.devices:
+        return problem("process", f"{who} holds no /dev/nvidia* file: it never initialized CUDA",
+                       "check that it moves work to the GPU (.to('cuda')), its CUDA_VISIBLE_DEVICES, and "
+                       "that its torch is a CUDA build (`gputui doctor --python` with its interpreter)")
+    return ok("process", f"{who} holds {', '.join(p.devices)}")
+
+
+_ZOMBIE_FIX = {
+    classify.DEFUNCT: "only its parent can reap it: end or signal the parent",
+    classify.ORPHAN: "its parent is gone: kill it (gputui, k) to free the GPU",
+    classify.STUCK: "state D/T: a stopped process needs SIGCONT; one in the driver may need a reboot",
+    classify.UNSEEN: "it holds the device without NVML listing memory: kill it if it should not be there",
+    classify.NVML_ONLY: "run the doctor in its PID namespace (inside its container) to see it",
+    classify.NO_PERMISSION: "run the doctor as root to read its open files",
+}

@@ -1,0 +1,37 @@
+"""The whole examination: gather the facts, judge them, in the order a person would check."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from gputui.doctor import checks_cuda, checks_system, checks_torch, facts, process, torch_probe
+from gputui.doctor.report import Check
+
+
+def diagnose(pid: int | None = None, python: str | None = None, env: Mapping[str, str] | None = None,
+             root: Path = Path("/"), system: facts.SystemFacts | None = None,
+             idle_s: Callable[[dict[int, int | None]], float | None] | None = None) -> list[Check]:
+    """Every check; raises process.NoSuchProcess when `pid` names no process. `system` and `idle_s`
+    may come from a caller that already knows them (the TUI)."""
+    env = dict(os.environ if env is None else env)
+    system = system or facts.gather(root)
+    out = checks_system.driver(system) + checks_system.gpus(system)
+    seen_by_cuda: tuple[facts.GpuFact, ...] = ()
+    if system.gpus:
+        out.append(checks_cuda.visible_devices(env, system.gpus))
+        out.append(checks_cuda.device_order(env, system.gpus))
+        value = env.get("CUDA_VISIBLE_DEVICES")
+        order = checks_cuda.cuda_order(system.gpus, env)
+        seen_by_cuda = tuple(order) if value is None else checks_cuda.parse_visible(value, order).selected
+    out += checks_torch.checks(torch_probe.probe(python or sys.executable, env), system, seen_by_cuda)
+    if pid is not None:
+        if idle_s is None:
+            def idle_s(memory: dict[int, int | None]) -> float | None:
+                return facts.idle_seconds(sorted(memory), time.time())
+        p = process.gather(pid, system, root / "dev", idle_s=idle_s)
+        out += process.checks(p, system)
+    return out
