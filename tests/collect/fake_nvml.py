@@ -162,6 +162,7 @@ class FakeGpu:
     compute_mode: int | None = 0
     persistence: int | None = 1
     mig: tuple[int, int] | None = (0, 0)
+    capability: tuple[int, int] | None = (9, 0)  # CUDA compute capability (H100)
     processes: dict[str, list[FakeProcess]] = field(default_factory=lambda: {"C": [], "G": [], "M": []})
     util_samples: list[UtilSample] = field(default_factory=list)
     field_types: dict[int, int] = field(default_factory=lambda: dict(DEFAULT_FIELD_TYPES))
@@ -258,6 +259,7 @@ class FakeNvml:
         "nvmlDeviceGetPersistenceMode",
         "nvmlDeviceGetMigMode",
         "nvmlDeviceGetProcessUtilization",
+        "nvmlDeviceGetCudaComputeCapability",
         "_nvmlGetFunctionPointer",
     )
 
@@ -606,6 +608,10 @@ class FakeNvml:
         return list(self._supported(gpu.mig))
 
     # -- processes --------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
+        gpu = self._enter("nvmlDeviceGetCudaComputeCapability", handle)
+        return self._supported(gpu.capability)
 
     def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
         """Like the binding: a sizing call, then (if there are samples) a filling call. Only samples newer
