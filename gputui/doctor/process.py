@@ -12,6 +12,7 @@ import psutil
 
 from gputui.collect import classify
 from gputui.collect.agents import discover, request
+from gputui.collect.history import History
 from gputui.collect.holders import HolderScanner
 from gputui.collect.procs import ProcessJoiner, device_files
 from gputui.doctor import checks_cuda
@@ -99,6 +100,8 @@ def checks(p: ProcessFacts, system: SystemFacts) -> list[Check]:
                                f"{fmt_duration(p.idle_s)}",
                                "it may be stuck (`py-spy dump --pid PID` shows where) or finished but not "
                                "exited"))
+    elif p.devices and p.category == classify.WORKER:
+        out.append(ok("process", f"{who} is a data-loader worker of a GPU process (it inherited the files)"))
     elif p.devices:
         out.append(warning("process", f"{who} holds device files but NVML lists no GPU memory for it",
                            "it may run in another PID namespace (a container), or be a leftover context"))
@@ -134,3 +137,20 @@ _ZOMBIE_FIX = {
     classify.NVML_ONLY: "run the doctor in its PID namespace (inside its container) to see it",
     classify.NO_PERMISSION: "run the doctor as root to read its open files",
 }
+
+
+def idle_from_history(history: History, gpus: list[int]) -> float | None:
+    """Seconds the GPUs have all been at 0 %, from the TUI's own history (the last hour)."""
+    last_busy, newest, oldest = None, None, None
+    for gpu in gpus:
+        h = history.gpus.get(gpu)
+        if h is None or not h.times:
+            return None
+        newest = max(newest or h.times[-1], h.times[-1])
+        oldest = min(oldest or h.times[0], h.times[0])
+        busy = [t for t, u in zip(h.times, h.util, strict=True) if u]
+        if busy:
+            last_busy = max(last_busy or busy[-1], busy[-1])
+    if newest is None or oldest is None:
+        return None
+    return newest - (last_busy if last_busy is not None else oldest)

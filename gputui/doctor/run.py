@@ -14,9 +14,11 @@ from gputui.doctor.report import Check
 
 def diagnose(pid: int | None = None, python: str | None = None, env: Mapping[str, str] | None = None,
              root: Path = Path("/"), system: facts.SystemFacts | None = None,
-             idle_s: Callable[[dict[int, int | None]], float | None] | None = None) -> list[Check]:
-    """Every check; raises process.NoSuchProcess when `pid` names no process. `system` and `idle_s`
-    may come from a caller that already knows them (the TUI)."""
+             idle_s: Callable[[dict[int, int | None]], float | None] | None = None,
+             seen: tuple[facts.SystemFacts, Path] | None = None) -> list[Check]:
+    """Every check; raises process.NoSuchProcess when `pid` names no process. The TUI passes what it
+    already knows: `idle_s` from its history, and in `seen` its own view of the GPUs and processes with
+    their device directory (the demo's, when it runs on simulated GPUs), for the process checks."""
     env = dict(os.environ if env is None else env)
     system = system or facts.gather(root)
     out = checks_system.driver(system) + checks_system.gpus(system)
@@ -32,6 +34,7 @@ def diagnose(pid: int | None = None, python: str | None = None, env: Mapping[str
         if idle_s is None:
             def idle_s(memory: dict[int, int | None]) -> float | None:
                 return facts.idle_seconds(sorted(memory), time.time())
-        p = process.gather(pid, system, root / "dev", idle_s=idle_s)
-        out += process.checks(p, system)
+        view, devices_dir = seen or (system, root / "dev")
+        p = process.gather(pid, view, devices_dir, idle_s=idle_s)
+        out += process.checks(p, view)
     return out

@@ -31,6 +31,7 @@ from gputui.collect.source import SourceUnavailable
 from gputui.model import ProcessRow, Snapshot
 from gputui.ui import partial_updates
 from gputui.ui.allocator import AgentHistory, AllocatorScreen
+from gputui.ui.doctor_screen import DoctorScreen
 from gputui.ui.events import EventsScreen
 from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
@@ -95,6 +96,7 @@ class GpuTuiApp(App[int]):
         Binding("z", "zombies", "Zombies"),
         Binding("a", "allocator", "Allocator"),
         Binding("e", "events", "Events"),
+        Binding("D", "doctor", "Doctor"),
         Binding("left_square_bracket", "zoom(-1)", "Zoom in", key_display="[", show=False),
         Binding("right_square_bracket", "zoom(1)", "Zoom out", key_display="]", show=False),
         Binding("comma", "seek(-10)", "Back 10", key_display=",", show=False),
@@ -117,6 +119,7 @@ class GpuTuiApp(App[int]):
         ("K", "SIGKILL the processes still alive 5 s after a signal"),
         ("a", "PyTorch allocator panel of a process running the gputui agent (◆ next to its pid)"),
         ("e", "events: every utilization dip (when, how long, how deep, why) and per-GPU dip rates"),
+        ("D", "doctor: why isn't my GPU being used? (this machine, and the highlighted process)"),
         ("[ / ]", "zoom the sparklines in / out (5 min, 15 min, 30 min, 1 h)"),
         (", / .  < / >", "replay only: seek back / forward 10 or 60 samples (p pauses)"),
         ("p", "pause / resume sampling"),
@@ -397,6 +400,11 @@ class GpuTuiApp(App[int]):
         poller = getattr(self.sampler, "agents", None) or AgentPoller()
         self.push_screen(AllocatorScreen(row.pid, poller, self.snapshot, self.agent_history))
 
+    def action_doctor(self) -> None:
+        row = self.table.current
+        pid = row.pid if row is not None and row.process is not None else None
+        self.push_screen(DoctorScreen(pid, self.history, self.snapshot, self.devices_dir))
+
     def action_pause(self) -> None:
         self.paused = not self.paused
         header = self.header
@@ -571,6 +579,7 @@ class GpuTuiApp(App[int]):
         yield SystemCommand("Sample slower", "Longer refresh interval", self.action_slower)
         yield SystemCommand("Zombies", "Only the suspicious processes, with reasons", self.action_zombies)
         yield SystemCommand("Events", "Utilization dips and per-GPU dip rates", self.action_events)
+        yield SystemCommand("Doctor", "Why isn't my GPU being used?", self.action_doctor)
         yield SystemCommand("Allocator", "PyTorch allocator of the highlighted process",
                             self.action_allocator)
         if not self.readonly:
