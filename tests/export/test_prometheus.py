@@ -14,7 +14,8 @@ import pytest
 from gputui.export.fleet import FleetReader
 from gputui.export.metrics import DCGM_FIELDS, GPU_LABELS, ZOMBIE_CLASSES
 from gputui.export.promql import Prometheus
-from gputui.ui.fleet_app import FleetApp, HostScreen
+from gputui.ui.fleet_app import FleetApp
+from gputui.ui.fleet_host import HostScreen
 from tests.export.servers import NO_PROMETHEUS, PROMETHEUS, Exporter, PrometheusServer
 from tests.ui.drawn import lines
 
