@@ -66,7 +66,7 @@ def _match(item: str, order: list[GpuFact]) -> GpuFact | None:
         return order[n] if n < len(order) else None
     if item.startswith("GPU-") and len(item) > 4:
         found = [g for g in order if g.uuid and g.uuid.startswith(item)]
-        return found[0] if len(found) == 1 else None  # a prefix matching two GPUs is invalid
+        return found[0] if found else None  # a prefix matching two GPUs is invalid
     return None
 
 

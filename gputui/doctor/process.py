@@ -49,6 +49,8 @@ def gather(pid: int, system: SystemFacts, devices_dir: Path,
     try:
         proc = psutil.Process(pid)
         command = " ".join(proc.cmdline()) or proc.name()
+    except psutil.ZombieProcess:  # exited, not reaped: it has no command line or environment left
+        command = ""
     except psutil.NoSuchProcess:
         raise NoSuchProcess(f"no process with pid {pid}") from None
     except psutil.AccessDenied:
@@ -84,6 +86,8 @@ def _agent_stats(pid: int) -> dict[str, Any] | None:
 
 def checks(p: ProcessFacts, system: SystemFacts) -> list[Check]:
     who = f"pid {p.pid}"
+    if p.category == classify.DEFUNCT:  # it has exited: its files and environment are gone with it
+        return [_zombie(p, who)]
     out = [_devices(p, who)]
     if p.environ is None:
         out.append(warning("process", f"{who}: its environment is not readable, so its CUDA_VISIBLE_DEVICES "
@@ -105,8 +109,8 @@ def checks(p: ProcessFacts, system: SystemFacts) -> list[Check]:
     elif p.devices:
         out.append(warning("process", f"{who} holds device files but NVML lists no GPU memory for it",
                            "it may run in another PID namespace (a container), or be a leftover context"))
-    if p.category != classify.OK and p.category != classify.WORKER:
-        out.append(problem("process", f"{who} is {p.category}: {p.reason}", _ZOMBIE_FIX.get(p.category, "")))
+    if p.category not in (classify.OK, classify.WORKER):
+        out.append(_zombie(p, who))
     if p.wait_share is not None:
         share = round(100 * p.wait_share)
         if p.wait_share >= INPUT_BOUND:
@@ -116,6 +120,11 @@ def checks(p: ProcessFacts, system: SystemFacts) -> list[Check]:
         else:
             out.append(ok("process", f"{who} waits for data {share}% of step time"))
     return out
+
+
+def _zombie(p: ProcessFacts, who: str) -> Check:
+    why = p.reason if p.reason.startswith(p.category) else f"{p.category}: {p.reason}"
+    return problem("process", f"{who} is {why}", _ZOMBIE_FIX.get(p.category, ""))
 
 
 def _devices(p: ProcessFacts, who: str) -> Check:
