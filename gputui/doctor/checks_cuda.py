@@ -66,7 +66,7 @@ def _match(item: str, order: list[GpuFact]) -> GpuFact | None:
         return order[n] if n < len(order) else None
     if item.startswith("GPU-") and len(item) > 4:
         found = [g for g in order if g.uuid and g.uuid.startswith(item)]
-        return found[0] if found else None  # a prefix matching two GPUs is invalid
+        return found[0] if len(found) == 1 else None  # a prefix matching two GPUs is invalid
     return None
 
 
@@ -99,8 +99,10 @@ def visible_devices(env: Mapping[str, str], gpus: tuple[GpuFact, ...], whose: st
     if seen.repeated:
         return warning("cuda", f"{name}={value} names the same GPU twice ({', '.join(seen.repeated)})",
                        "list each GPU once")
-    mig = f"; MIG instances {', '.join(seen.mig)} (not checked)" if seen.mig else ""
-    return ok("cuda", f"{name}={value}: {_names(seen.selected)}{mig}")
+    parts = [_names(seen.selected)] if seen.selected else []
+    if seen.mig:
+        parts.append(f"MIG instances {', '.join(seen.mig)} (not checked)")
+    return ok("cuda", f"{name}={value}: {'; '.join(parts)}")
 
 
 def device_order(env: Mapping[str, str], gpus: tuple[GpuFact, ...]) -> Check:

@@ -36,17 +36,20 @@ def install_hint(driver_cuda: str | None) -> str:
 def runs_on(capability: tuple[int, int], arch_list: tuple[str, ...]) -> bool:
     """Whether a build for `arch_list` has code for a GPU of `capability`: a cubin of the same major
     version and a minor at most the GPU's (sm_80 runs on 8.6), or PTX of at most its version, which the
-    driver compiles (compute_80 runs on 9.0). Arch-specific cubins (sm_90a) run only on their own."""
+    driver compiles (compute_80 runs on 9.0). Arch-specific code (sm_90a, compute_90a) runs only on its
+    own capability, family-specific code (sm_100f) within its major version."""
     for arch in arch_list:
         match = _ARCH.match(arch)
         if not match:
             continue
         kind, major, minor, suffix = match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)
-        if kind == "sm" and suffix and (major, minor) == capability:
-            return True
-        if kind == "sm" and not suffix and major == capability[0] and minor <= capability[1]:
-            return True
-        if kind == "compute" and (major, minor) <= capability:
+        if suffix == "a":  # arch-specific: that capability only
+            if (major, minor) == capability:
+                return True
+        elif suffix == "f" or kind == "sm":  # family-specific code and cubins: same major, minor up to it
+            if major == capability[0] and minor <= capability[1]:
+                return True
+        elif (major, minor) <= capability:  # plain PTX: the driver compiles it for any later GPU
             return True
     return False
 
@@ -72,8 +75,9 @@ def checks(t: TorchFacts, system: SystemFacts, seen_by_cuda: tuple[GpuFact, ...]
     out.append(_cuda_versions(t, system))
     out.append(_available(t, system, seen_by_cuda))
     if t.available and t.device_count is not None and t.device_count != len(seen_by_cuda) and seen_by_cuda:
-        out.append(warning("torch", f"torch sees {t.device_count} GPUs, CUDA_VISIBLE_DEVICES leaves "
-                           f"{len(seen_by_cuda)}", "check CUDA_VISIBLE_DEVICES where the job starts"))
+        out.append(warning("torch", f"torch sees {t.device_count} GPU{'s' * (t.device_count != 1)}, "
+                           f"CUDA_VISIBLE_DEVICES leaves {len(seen_by_cuda)}",
+                           "check CUDA_VISIBLE_DEVICES where the job starts"))
     out.extend(_architectures(t, system, seen_by_cuda))
     return out
 

@@ -100,7 +100,8 @@ def device_access(root: Path, minors: list[int]) -> dict[str, str]:
             out[str(path)] = "missing"
         else:
             out[str(path)] = "ok" if os.access(path, os.R_OK | os.W_OK) else "no access"
-    return out
+    # None at all is its own verdict (no driver, or a container started without GPUs), not "missing".
+    return out if any(state != "missing" for state in out.values()) else {}
 
 
 def gather(root: Path = Path("/"), maps: Path = Path("/proc/self/maps")) -> SystemFacts:
@@ -124,7 +125,7 @@ def gather(root: Path = Path("/"), maps: Path = Path("/proc/self/maps")) -> Syst
             source.close()
         gpus = tuple(GpuFact(g.index, g.name, g.uuid, g.pci_bus_id, g.minor, g.lost, g.mig_mode,
                              None if g.lost else _capability(g.index), g.sm_clock_max) for g in reading.gpus)
-        minors = [g.minor if g.minor is not None else g.index for g in gpus]
+        minors = [g.minor for g in gpus if g.minor is not None]  # a lost GPU's file is unknown
         return SystemFacts(kernel_module=module, library=loaded_library(maps),
                            driver_version=info.driver_version, cuda_version=info.cuda_driver_version,
                            gpus=gpus, processes=reading.processes, device_files=device_access(root, minors))
