@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: setup demo run test lint bench screenshots clean
+.PHONY: setup demo run test lint bench soak screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ lint: setup
 
 bench: setup
 	$(BIN)/python bench/run.py
+
+SOAK_S ?= 600
+soak: setup
+	$(BIN)/python bench/soak.py --seconds $(SOAK_S)
 
 screenshots: setup
 	$(BIN)/python screenshots/generate.py

@@ -8,6 +8,8 @@ holders: the /dev/nvidia* holder scan in a world of 1,000 real processes with ~2
 tui:     `gputui --demo --demo-gpus 8` at 1 Hz in a 120x40 pseudo-terminal (TERM=xterm-256color, no
          COLORTERM, as over SSH), measured for 30 s after a 5 s warm-up: bytes/s written to the terminal,
          CPU % of one core (the whole process tree), peak RSS, time to the first full frame.
+nvml:    NVML queries per GPU per tick through the Sampler at 1 Hz on a fake NVML (real pynvml structs).
+budgets: each budget of the TUI and Zombies issues with its value and pass/fail (also on stderr).
 exporter: `gputui export` on the demo: a sample, a scrape (and its bytes), a real exporter's CPU and RSS.
 fleet:   `gputui fleet` over 100 hosts x 8 GPUs from a fake Prometheus on loopback: queries and ms per
          refresh, and the TUI in a 200x60 pseudo-terminal at a 5 s refresh.
@@ -354,15 +356,75 @@ def bench_fleet(hosts: int = 100, gpus: int = 8, refreshes: int = 10, measure: f
     }
 
 
+def bench_nvml_calls(gpus: int = 8, ticks: int = 60) -> dict[str, object]:
+    """NVML queries per GPU per tick through the Sampler at 1 Hz (slow fields every 5th tick), on a fake
+    NVML (tests/collect/fake_nvml.py: real pynvml structs) where every GPU runs one process."""
+    from _pytest.monkeypatch import MonkeyPatch
+
+    from gputui.collect.nvml import NvmlSource
+    from tests.collect.fake_nvml import FakeNvml, FakeProcess
+
+    patch = MonkeyPatch()
+    fake = FakeNvml(n_gpus=gpus).install(patch)
+    try:
+        for i in range(gpus):
+            fake.gpus[i].processes["C"].append(FakeProcess(100 + i, 10 * 2**30))
+        with Sampler(NvmlSource(), clock=lambda: fake.now, monotonic=lambda: fake.now,
+                     scan_holders=False) as sampler:
+            fake.reset_counts()
+            for _ in range(ticks):
+                for i in range(gpus):
+                    fake.add_util_sample(i, 100 + i, 90, 40)
+                sampler.tick()
+                fake.advance(1.0)
+        per_gpu = [fake.total_calls(i) / ticks for i in range(gpus)]
+        lib = [fake.total_lib_calls(i) / ticks for i in range(gpus)]
+    finally:
+        patch.undo()
+    return {"gpus": gpus, "ticks": ticks, "queries_per_gpu_per_tick": round(max(per_gpu), 2),
+            "c_calls_per_gpu_per_tick": round(max(lib), 2)}
+
+
+# (name, where the value is in the results, its upper limit): the budgets of the TUI and Zombies issues
+BUDGETS = (
+    ("tui bytes/s (8 GPUs, 1 Hz, 120x40)", ("tui", "bytes_per_s"), 1000),
+    ("tui CPU % of a core", ("tui", "cpu_percent_of_core"), 1.5),
+    ("tui first full frame s", ("tui", "first_full_frame_s"), 0.5),
+    ("tui peak RSS MiB", ("tui", "peak_rss_mib"), 60),
+    ("holder steady tick ms (1000 processes)", ("holders", "tick_ms_median"), 5),
+    ("holder full rescan ms vs plain scan ms", ("holders", "rescan_ms_median"),
+     ("holders", "plain_scan_ms_median")),
+)
+
+
+def budgets(results: dict[str, object]) -> list[dict[str, object]]:
+    def get(path: tuple[str, str]) -> object:
+        section = results.get(path[0])
+        return section.get(path[1]) if isinstance(section, dict) else None
+
+    out = []
+    for name, path, budget in BUDGETS:
+        value = get(path)
+        limit = get(budget) if isinstance(budget, tuple) else budget
+        ok = isinstance(value, (int, float)) and isinstance(limit, (int, float)) and value <= limit
+        out.append({"budget": name, "value": value, "limit": limit, "pass": ok})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--measure", type=float, default=30.0, help="seconds measured in the terminal")
     args = ap.parse_args()
-    results = {"sampler": bench_sampler(), "holders": bench_holders(), "agent": bench_agent(),
-               "tui": bench_tui(measure=args.measure), "exporter": bench_exporter(),
-               "fleet": bench_fleet(measure=args.measure)}
+    results: dict[str, object] = {
+        "sampler": bench_sampler(), "nvml": bench_nvml_calls(), "holders": bench_holders(),
+        "agent": bench_agent(), "tui": bench_tui(measure=args.measure), "exporter": bench_exporter(),
+        "fleet": bench_fleet(measure=args.measure)}
+    results["budgets"] = budgets(results)
     json.dump(results, sys.stdout, indent=2)
     print()
+    for b in results["budgets"]:  # type: ignore[union-attr]
+        print(f"{'PASS' if b['pass'] else 'FAIL'}  {b['budget']}: {b['value']} (limit {b['limit']})",
+              file=sys.stderr)
     return 0
 
 

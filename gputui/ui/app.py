@@ -23,7 +23,7 @@ from textual.worker import get_current_worker
 from gputui.collect import signals
 from gputui.collect.agents import AgentPoller
 from gputui.collect.dips import DipDetector
-from gputui.collect.history import History
+from gputui.collect.history import MAX_AGE_S, History
 from gputui.collect.replay import ReplaySampler
 from gputui.collect.sampler import Sampler
 from gputui.collect.signals import Target
@@ -48,6 +48,16 @@ MIN_TABLE_ROWS = 10
 ESCALATE_AFTER_S = 5.0
 ZOOMS = (300.0, 900.0, 1800.0, 3600.0)
 DEFAULT_THEME = "textual-dark"
+
+
+def history_seconds() -> float:
+    """How much history the app keeps: an hour, or GPUTUI_HISTORY_S (`make soak` shortens it so that a
+    short run reaches the steady state where any growth is a leak)."""
+    try:
+        value = float(os.environ.get("GPUTUI_HISTORY_S", MAX_AGE_S))
+    except ValueError:
+        return MAX_AGE_S
+    return value if 10.0 <= value <= MAX_AGE_S else MAX_AGE_S
 
 
 class SnapshotReady(Message):
@@ -137,7 +147,7 @@ class GpuTuiApp(App[int]):
         self.interval = interval
         self.mouse = mouse
         self._devices_dir = devices_dir
-        self.history = History()  # the last hour
+        self.history = History(max_age=history_seconds())  # the last hour
         self.agent_history = AgentHistory()
         self.dips = DipDetector()
         self.replay = replay
@@ -447,7 +457,7 @@ class GpuTuiApp(App[int]):
         assert isinstance(self.sampler, ReplaySampler)
         self.sampler.seek(delta)
         # Rebuild everything derived from the past, as if the recording had played up to here.
-        self.history = History()
+        self.history = History(max_age=history_seconds())
         self.agent_history = AgentHistory()
         self.dips = DipDetector()
         for snap in self.sampler.played:
