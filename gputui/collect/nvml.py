@@ -90,6 +90,7 @@ class _Gpu:
     proc_util_ts: int = 0  # NVML's lastSeenTimeStamp for per-process utilization
     proc_version: dict[str, int] = field(default_factory=dict)  # kind -> index into _PROC_VERSIONS
     mps_seen: bool = False
+    procs_failed: bool = False  # its process list could not be read this tick
     pcie_prev: tuple[float, int, int] | None = None  # (monotonic time, tx bytes, rx bytes)
 
 
@@ -163,6 +164,8 @@ class NvmlSource:
         self._open_errors: list[str] = []
         self._slow_ticks = 0
         self._opened = False
+        self._uninitialized = False
+        self._inits = 0  # nvmlInit calls of ours that close() must balance
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -174,6 +177,7 @@ class NvmlSource:
         except OSError as err:  # a broken libnvidia-ml that dlopen refuses
             raise SourceUnavailable(f"NVIDIA driver library could not be loaded: {err}") from None
         self._opened = True
+        self._inits = 1
         info = SourceInfo(
             driver_version=self._system(pynvml.nvmlSystemGetDriverVersion),
             nvml_version=self._system(pynvml.nvmlSystemGetNVMLVersion),
@@ -190,8 +194,10 @@ class NvmlSource:
     def close(self) -> None:
         if self._opened:
             self._opened = False
-            with contextlib.suppress(pynvml.NVMLError):
-                pynvml.nvmlShutdown()
+            for _ in range(self._inits):  # NVML counts inits: one shutdown each
+                with contextlib.suppress(pynvml.NVMLError):
+                    pynvml.nvmlShutdown()
+            self._inits = 0
 
     @staticmethod
     def _system(fn: Any) -> str | None:
@@ -246,6 +252,8 @@ class NvmlSource:
         settings = slow and self._slow_ticks % SETTINGS_EVERY == 0
         if slow:
             self._slow_ticks += 1
+        if self._uninitialized:
+            self._open_errors.append(self._initialize_again())
         errors = list(self._open_errors)
         self._open_errors.clear()
         samples: list[GpuSample] = []
@@ -265,7 +273,20 @@ class NvmlSource:
                 sample, gpu_procs = GpuSample(index=gpu.index, **gpu.static), []
             samples.append(sample)
             procs.extend(gpu_procs)
-        return Reading(tuple(samples), tuple(procs), tuple(errors))
+        unknown = frozenset(g.index for g in self._gpus if g.procs_failed and not g.lost)
+        return Reading(tuple(samples), tuple(procs), tuple(errors), processes_unknown=unknown)
+
+    def _initialize_again(self) -> str:
+        """NVML was shut down underneath us (every call says Uninitialized): init it, reopen the GPUs."""
+        try:
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+        except (pynvml.NVMLError, OSError) as err:
+            return f"NVML is not initialized and could not be started again: {err}"
+        self._uninitialized = False
+        self._inits += 1
+        self._gpus = [self._open_gpu(i) for i in range(count)]
+        return "NVML was shut down underneath gputui: it was initialized again"
 
     def _get(self, gpu: _Gpu, key: str, fn: Any, *args: Any) -> Any:
         """One NVML call for one field: None when unavailable; GpuIsLost propagates."""
@@ -277,6 +298,9 @@ class NvmlSource:
             raise _Lost from None
         except _SKIP_FOREVER:
             gpu.skip.add(key)
+            return None
+        except pynvml.NVMLError_Uninitialized:  # shut down underneath us: start it again next read
+            self._uninitialized = True
             return None
         except pynvml.NVMLError:
             return None
@@ -381,8 +405,11 @@ class NvmlSource:
     def _processes(self, gpu: _Gpu, slow: bool) -> list[GpuProcess]:
         merged: dict[int, list[Any]] = {}  # pid -> [kinds, memory]
         kinds = ["C", "G"] + (["M"] if slow or gpu.mps_seen else [])
+        gpu.procs_failed = False
         for kind in kinds:
             listed = self._get(gpu, f"procs_{kind}", self._running, gpu, kind)
+            if listed is None and f"procs_{kind}" not in gpu.skip:  # failed now; not merely unsupported
+                gpu.procs_failed = True
             if kind == "M":
                 gpu.mps_seen = bool(listed)
             for pid, memory in listed or ():

@@ -48,7 +48,8 @@ def _maybe(fn: Callable[[], T]) -> T | None:
 def _ns_pid(pid: int) -> int | None:
     """The PID inside the process's own PID namespace (a container's), when it differs from ours."""
     try:
-        with open(f"/proc/{pid}/status") as f:
+        # Its Name: line is the raw process name, which need not be UTF-8.
+        with open(f"/proc/{pid}/status", errors="replace") as f:
             for line in f:
                 if line.startswith("NSpid:"):
                     ids = line.split()[1:]
@@ -75,10 +76,16 @@ class _Stat:
     rss: int
 
 
-def _read_stat(pid: int) -> _Stat | None:
+_UNREADABLE = "unreadable"  # /proc/PID/stat exists but is not ours to read (/proc mounted hidepid=1)
+
+
+def _read_stat(pid: int) -> _Stat | str | None:
+    """Its stat fields; _UNREADABLE when permission is denied; None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
+    except PermissionError:
+        return _UNREADABLE
     except OSError:
         return None
     # The command (field 2) is in parentheses and may contain anything: split after the last ")".
@@ -172,7 +179,7 @@ class ProcessJoiner:
         category, reason = classify(Facts(
             visible=host is not None, state=host.state if host else None, on_nvml=bool(gp.kinds),
             devices=devices if holders is not None else (), ppid=host.ppid if host else None,
-            parent_name=parent.name if parent else None,
+            parent_name=(parent.name or "?") if parent else None,  # "?": alive, its name unreadable
             parent_on_gpu=host is not None and host.ppid in on_nvml,
             idle_s=host.idle_s if host else None))
         base = dict(gpu=gp.gpu, pid=gp.pid, kinds=gp.kinds, used_memory=gp.used_memory, sm_util=gp.sm_util,
@@ -213,6 +220,8 @@ class ProcessJoiner:
         if stat is None:
             self._known.pop(pid, None)
             return None
+        if isinstance(stat, str):  # there, but nothing of it is readable: every field unknown
+            return HostInfo(None, None, None, None, None, None, None, None)
         now = self.monotonic()
         known = self._known.get(pid)
         if known is None or known.start_ticks != stat.start_ticks:  # new, or the PID was reused

@@ -89,7 +89,8 @@ class Sampler:
             cuda_driver_version=self.info.cuda_driver_version,
             gpus=reading.gpus,
             processes=rows,
-            unaccounted_memory=unaccounted_memory(reading.gpus, reading.processes),
+            unaccounted_memory={gpu: None if gpu in reading.processes_unknown else value for gpu, value in
+                                unaccounted_memory(reading.gpus, reading.processes).items()},
             errors=reading.errors,
             host_processes=hosts,
             unreadable_fds=len(scan.unreadable) if scan else 0,

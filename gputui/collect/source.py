@@ -27,6 +27,8 @@ class Reading:
     gpus: tuple[GpuSample, ...]
     processes: tuple[GpuProcess, ...]
     errors: tuple[str, ...] = ()
+    # GPUs whose process list could not be read this time: their unaccounted memory is unknown too.
+    processes_unknown: frozenset[int] = frozenset()
 
 
 class GpuSource(Protocol):
