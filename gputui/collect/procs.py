@@ -285,7 +285,8 @@ def describe(pid: int, create_time: float | None, devices_dir: Path) -> ProcessD
                           environ_readable=False, device_files=None, children=())
     try:
         proc = psutil.Process(pid)
-        if create_time is not None and abs(proc.create_time() - create_time) > 0.01:
+        started = _maybe(proc.create_time)
+        if create_time is not None and started is not None and abs(started - create_time) > 0.01:
             return replace(empty, error="the PID now belongs to another process")
         cmdline = _maybe(proc.cmdline)
         env = _maybe(proc.environ)

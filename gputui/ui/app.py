@@ -263,6 +263,8 @@ class GpuTuiApp(App[int]):
             self.notify(message.error, severity="error", markup=False)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        if not self.screen_stack:  # the app is closing: a snapshot that arrives now has nowhere to go
+            return
         self.ingest(message.snapshot)
         self._show(message.snapshot)
 

@@ -73,9 +73,14 @@ class DetailScreen(ModalScreen[None]):
         self.query_one("#detail-stack").display = False  # until there is a Python stack to show
         self._load()
 
-    @work(thread=True, exclusive=True)
+    @work(thread=True, exclusive=True, exit_on_error=False)
     def _load(self) -> None:
-        detail = describe(self.row.pid, self.row.create_time, self.devices_dir)
+        try:
+            detail = describe(self.row.pid, self.row.create_time, self.devices_dir)
+        except Exception as err:  # whatever /proc says, the detail is a message, never a crash
+            detail = ProcessDetail(pid=self.row.pid, command=None, cwd=None, cuda_visible_devices=None,
+                                   environ_readable=False, device_files=None, children=(),
+                                   error=f"cannot read it: {type(err).__name__}: {err}")
         self.app.call_from_thread(self._show, detail)
         p = self.row.process
         if detail.error is None and p is not None and is_python(p.name, detail.command or p.command):

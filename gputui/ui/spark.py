@@ -51,8 +51,12 @@ class BucketSeries:
             old = self.buckets[-1][1]
             if value is not None and (old is None or value < old):
                 self.buckets[-1] = (n, value)
-        elif not self.buckets or n > self.buckets[-1][0]:  # a clock going back is ignored
+        elif not self.buckets or n > self.buckets[-1][0]:
             self.buckets.append((n, value))
+        elif n < self.buckets[-1][0] - 1:  # the wall clock stepped back: start again from now
+            self.buckets.clear()
+            self.buckets.append((n, value))
+        # (a step back within a bucket or two, as NTP makes, is ignored)
 
     def extend(self, samples: Iterable[tuple[float, float | None]]) -> None:
         for t, v in samples:
