@@ -314,3 +314,26 @@ def test_mouse_tracking_follows_no_mouse(args: list[str], mouse: bool) -> None:
         else:
             assert not enables, f"mouse tracking enabled despite --no-mouse: {enables}"
         demo.assert_all_gone()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT],
+                         ids=["SIGHUP", "SIGTERM", "SIGINT"])
+def test_a_signal_exits_cleanly_and_gives_the_terminal_back(signum: int) -> None:
+    """On a live terminal: exit status 128 + signal, no traceback, the alternate screen left, the cursor
+    shown and mouse tracking off again, and every demo process gone."""
+    with _demo_in_pty(["--interval", "0.2"], gpus=2) as (run, demo):
+        assert run.proc is not None
+        drawn = len(run.all_output())
+        run.proc.send_signal(signum)
+        try:
+            run.proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"gputui still running 5 s after signal {signum}:\n{run.text()[-2000:]}")
+        out = run.all_output()
+        tail = out[drawn:].decode(errors="replace")
+        assert "Traceback" not in out.decode(errors="replace"), tail[-3000:]
+        assert run.proc.returncode == 128 + signum
+        assert out.rfind(b"\x1b[?1049l") > out.rfind(b"\x1b[?1049h"), "still on the alternate screen"
+        assert out.rfind(b"\x1b[?25h") > out.rfind(b"\x1b[?25l"), "cursor left hidden"
+        assert out.rfind(b"\x1b[?1000l") > out.rfind(b"\x1b[?1000h"), "mouse tracking left on"
+        demo.assert_all_gone()
