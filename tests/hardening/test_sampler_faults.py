@@ -1066,12 +1066,14 @@ def test_the_wall_clock_jumping_back_an_hour(world: World) -> None:
     r = row(snap, me)
     assert r.cpu_percent is not None and r.cpu_percent >= 0
 
-    # The sparklines' buckets (built from this history) ignore samples older than their newest bucket.
+    # The sparklines' buckets (built from this history) start again from the new time after the jump:
+    # the newest bucket is the last sample's, and nothing from before the jump is left in them.
     from gputui.ui.spark import BucketSeries
 
     series = BucketSeries(5.0, 100)
     series.extend(zip(h.times, h.util, strict=True))
-    assert series.latest == int(times[21] // 5.0)
+    assert series.latest == int(h.times[-1] // 5.0)
+    assert all(n <= series.latest for n, _ in series.buckets)
 
 
 def test_a_process_name_that_is_not_utf8(world: World, children: Children) -> None:
