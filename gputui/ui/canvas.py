@@ -99,6 +99,10 @@ class CellCanvas(Widget):
         self._lines = new
         if regions:
             self.refresh(*regions)
+            # Textual also records the regions in _dirty_regions, which only its own render_line ever
+            # clears; this widget draws its lines itself, so the set would grow for as long as the app
+            # runs (`make soak` measured ~100 MiB/h at 4 Hz). The repaint itself uses _repaint_regions.
+            self._dirty_regions.clear()
 
     def on_resize(self) -> None:
         self.redraw()

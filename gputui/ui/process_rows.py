@@ -111,6 +111,7 @@ def build_rows(snap: Snapshot, view: View, styles: dict[str, Style] | None = Non
         rows = [_row(p, snap.time, "", styles, view.zombies) for p in _ordered(procs, view)]
     if not view.filter:
         rows += _unaccounted_rows(snap, view, styles)
+    _ROWS.turn()
     return rows
 
 
@@ -189,22 +190,34 @@ def _related(procs: list[ProcessRow], hosts: tuple[HostProcess, ...]) -> list[Ho
     return [h for h in hosts if h.pid in parents or descends(h)]
 
 
-_ROW_CACHE: dict[tuple[object, ...], TableRow] = {}
-_ROW_CACHE_MAX = 4096
+class _RowCache:
+    """The rows of the last build and of this one. Most rows (workers, idle holders) are the same tick
+    after tick, and building their cells is most of a refresh; a row not shown in the last build is
+    dropped, so the cache holds two builds' rows at most. (A cache with a size cap instead grew for
+    hours before its cap: `make soak` read it as a leak.)"""
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[object, ...], TableRow] = {}
+        self.now: dict[tuple[object, ...], TableRow] = {}
+
+    def get(self, key: tuple[object, ...], make: Callable[[], TableRow]) -> TableRow:
+        row = self.now.get(key) or self.last.get(key) or make()
+        self.now[key] = row
+        return row
+
+    def turn(self) -> None:
+        self.last, self.now = self.now, {}
+
+
+_ROWS = _RowCache()
 
 
 def _row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style],
          with_reason: bool = False) -> TableRow:
-    """A table row, from the cache when nothing it shows has changed: most rows (workers, idle
-    holders) are the same tick after tick, and building their cells is most of a refresh."""
+    """A table row, from the cache when nothing it shows has changed."""
     run = fmt_duration(now - p.create_time) if p.create_time else None
     key = (p, run, tree_prefix, with_reason, tuple(styles.items()))
-    row = _ROW_CACHE.get(key)
-    if row is None:
-        if len(_ROW_CACHE) >= _ROW_CACHE_MAX:
-            _ROW_CACHE.clear()
-        row = _ROW_CACHE[key] = _make_row(p, now, tree_prefix, styles, with_reason)
-    return row
+    return _ROWS.get(key, lambda: _make_row(p, now, tree_prefix, styles, with_reason))
 
 
 def _make_row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style],
