@@ -23,6 +23,10 @@ from gputui.units import NA, fmt_bytes, printable
 HISTORY = 300  # samples of allocated/reserved kept per (pid, device)
 
 
+def _bytes(value: object) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
 class AgentHistory:
     """allocated/reserved over time for every agent, kept by the app so a panel opens with a past."""
 
@@ -31,10 +35,15 @@ class AgentHistory:
 
     def add(self, snap: Snapshot) -> None:
         for pid, reply in snap.agents.items():
-            for d in (reply.get("allocator") or {}).get("devices", []):
-                key = (pid, d.get("index", 0))
+            # A reply comes from another process: trust no shape in it.
+            allocator = reply.get("allocator") if isinstance(reply, dict) else None
+            devices = allocator.get("devices") if isinstance(allocator, dict) else None
+            for d in devices if isinstance(devices, list) else ():
+                if not isinstance(d, dict):
+                    continue
+                key = (pid, d.get("index", 0) if isinstance(d.get("index", 0), int) else 0)
                 self.series.setdefault(key, deque(maxlen=HISTORY)).append(
-                    (d.get("allocated") or 0, d.get("reserved") or 0))
+                    (_bytes(d.get("allocated")), _bytes(d.get("reserved"))))
         for key in [k for k in self.series if k[0] not in snap.agents]:
             del self.series[key]  # the process or its agent is gone
 

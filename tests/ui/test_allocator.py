@@ -164,3 +164,22 @@ def test_segment_map() -> None:
     assert segment_map([]) == "n/a"
     assert segment_map([1.0, 0.0, 0.5]) == "█▁▄"
     assert len(segment_map([0.5] * 500, width=60)) <= 60
+
+
+def test_agent_history_skips_malformed_replies() -> None:
+    """An agent's reply comes from another process: no shape of it may take the app's ingest down."""
+    from gputui.ui.allocator import AgentHistory
+
+    base = make_app(gpus=1).sampler.snapshots[-1]  # type: ignore[attr-defined]
+    bad: dict[int, Any] = {
+        1: {"allocator": "not a dict"},
+        2: {"allocator": {"devices": 7}},
+        3: {"allocator": {"devices": ["x", {"index": "0", "allocated": "many", "reserved": True}]}},
+        4: "not a reply",
+        PID: REPLY,
+    }
+    history = AgentHistory()
+    history.add(dataclasses.replace(base, agents=bad))
+    assert history.points(PID, 0) == [(52613349376, 66571993088)]
+    assert history.points(3, 0) == [(0, 0)]  # the dict device is kept, its non-numbers read as 0
+    assert all(pid in (3, PID) for pid, _ in history.series)
