@@ -216,6 +216,30 @@ def _peak_rss_kib(pid: int) -> int | None:
         return None
 
 
+def start_in_pty(args: tuple[str, ...], cols: int, rows: int, env: dict[str, str] | None = None
+                 ) -> tuple[subprocess.Popen[bytes], int]:
+    """`gputui ARGS` in a pseudo-terminal of cols x rows, as over SSH (256 colours, no COLORTERM)."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    environ = {k: v for k, v in os.environ.items() if k != "COLORTERM"}
+    environ.update(TERM="xterm-256color", **(env or {}))
+    proc = subprocess.Popen([sys.executable, "-m", "gputui", *args], stdin=slave, stdout=slave,
+                            stderr=slave, env=environ, start_new_session=True)
+    os.close(slave)
+    return proc, master
+
+
+def quit_in_pty(proc: subprocess.Popen[bytes], master: int) -> None:
+    """`q`, as a person quits; SIGKILL if it does not go within 5 s."""
+    os.write(master, b"q")
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    os.close(master)
+
+
 def bench_tui(gpus: int = 8, warmup: float = 5.0, measure: float = 30.0, cols: int = 120,
               rows: int = 40, args: tuple[str, ...] | None = None,
               full_frame: tuple[bytes, ...] | None = None) -> dict[str, float | int | None]:
@@ -224,14 +248,8 @@ def bench_tui(gpus: int = 8, warmup: float = 5.0, measure: float = 30.0, cols: i
     args = args or ("--demo", "--demo-gpus", str(gpus), "--interval", "1")
     # The full frame: the last GPU's pane and the table's rows are on screen.
     full_frame = full_frame or (f"{gpus - 1} H100".encode(), b"demo_train.py")
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k != "COLORTERM"}
-    env["TERM"] = "xterm-256color"
     start = time.monotonic()
-    cmd = [sys.executable, "-m", "gputui", *args]
-    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
-    os.close(slave)
+    proc, master = start_in_pty(args, cols, rows)
     ps = psutil.Process(proc.pid)
     seen = b""
     first_frame = first_output = None
@@ -273,13 +291,7 @@ def bench_tui(gpus: int = 8, warmup: float = 5.0, measure: float = 30.0, cols: i
             "first_full_frame_s": round(first_frame, 3) if first_frame is not None else None,
         }
     finally:
-        os.write(master, b"q")
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        os.close(master)
+        quit_in_pty(proc, master)
     return result
 
 

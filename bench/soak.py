@@ -9,18 +9,16 @@ the samples after the warm-up. Budget: <= 2 MiB/h. Prints JSON.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import select
-import signal
-import struct
-import subprocess
 import sys
-import termios
 import time
 
 import psutil
+
+sys.path.insert(0, os.path.dirname(__file__))
+from run import quit_in_pty, start_in_pty
 
 BUDGET_MIB_PER_H = 2.0
 
@@ -35,14 +33,8 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
 
 
 def soak(seconds: float, interval: float, history_s: float, warmup: float) -> dict[str, object]:
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k != "COLORTERM"}
-    env.update(TERM="xterm-256color", GPUTUI_HISTORY_S=str(history_s))
-    proc = subprocess.Popen([sys.executable, "-m", "gputui", "--demo", "--demo-gpus", "8",
-                             "--interval", str(interval)],
-                            stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
-    os.close(slave)
+    proc, master = start_in_pty(("--demo", "--demo-gpus", "8", "--interval", str(interval)), 120, 40,
+                                env={"GPUTUI_HISTORY_S": str(history_s)})
     ps = psutil.Process(proc.pid)
     start = time.monotonic()
     samples: list[tuple[float, float]] = []
@@ -62,13 +54,7 @@ def soak(seconds: float, interval: float, history_s: float, warmup: float) -> di
                 next_sample += 5.0
         alive = proc.poll() is None
     finally:
-        os.write(master, b"q")
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        os.close(master)
+        quit_in_pty(proc, master)
     steady = [(t, v) for t, v in samples if t >= warmup]
     growth = slope_per_hour(steady) if len(steady) >= 3 else None
     return {
