@@ -400,9 +400,9 @@ def _oneshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_quietly(sampler: Sampler) -> None:
-    with contextlib.suppress(SourceUnavailable):  # the app's own open() reports it
-        sampler.open()
+def _prefetch_quietly(sampler: Sampler) -> None:
+    with contextlib.suppress(Exception):  # the app's own open() and tick() say what went wrong
+        sampler.prefetch()
 
 
 def _tui(args: argparse.Namespace) -> int:
@@ -410,11 +410,11 @@ def _tui(args: argparse.Namespace) -> int:
 
     sampler = Sampler(make_source(args), devices_dir=args.devices_dir)
     try:
-        if args.demo:
-            # Start the demo's processes while Textual is imported: the first frame comes sooner.
-            threading.Thread(target=_open_quietly, args=(sampler,), daemon=True).start()
-        else:
+        if not args.demo:
             sampler.open()  # fail with one clear line before the screen switches
+        # Start the demo's processes and take the first sample while Textual is imported: the first
+        # frame comes sooner.
+        threading.Thread(target=_prefetch_quietly, args=(sampler,), daemon=True).start()
         from gputui.ui.app import GpuTuiApp
 
         app = GpuTuiApp(sampler, interval=args.interval, mouse=not args.no_mouse,

@@ -12,9 +12,7 @@ The environment names the stand-in device directory (GPUTUI_DEMO_DEVICES) and th
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
 import signal
 import sys
 import time
@@ -46,32 +44,46 @@ def _fork_worker(watch: int) -> int:
     return pid
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--role", choices=("trainer", "orphan-parent"), required=True)
-    ap.add_argument("--gpu", type=int, required=True)
-    ap.add_argument("--workers", type=int, default=0)
-    ap.add_argument("--defunct", action="store_true")
-    ap.add_argument("--janitor", action="store_true", help="remove the devices dir when gputui is gone")
-    args = ap.parse_args(argv)
-    args.devices = os.environ["GPUTUI_DEMO_DEVICES"]  # the stand-in /dev
-    args.watch = int(os.environ["GPUTUI_DEMO_WATCH"])  # the read end of gputui's pipe
+def _parse(argv: list[str]) -> dict[str, str]:
+    """--role R --gpu N [--workers N] [--defunct] [--janitor]; by hand, as argparse would double the
+    start-up time of nine children that start together with gputui."""
+    args = {"workers": "0"}
+    it = iter(argv)
+    for arg in it:
+        name = arg.removeprefix("--")
+        if name in ("defunct", "janitor"):  # --janitor: remove the devices dir when gputui is gone
+            args[name] = "1"
+        elif name in ("role", "gpu", "workers"):
+            args[name] = next(it, "")
+        else:
+            raise SystemExit(f"demo_train.py: unknown argument {arg!r}")
+    if args.get("role") not in ("trainer", "orphan-parent") or not args.get("gpu", "").isdigit():
+        raise SystemExit("demo_train.py: --role trainer|orphan-parent and --gpu N are required")
+    return args
 
-    fds = _open_devices(args.devices, args.gpu)  # noqa: F841 - held open for the process's life
-    if args.role == "orphan-parent":
-        print(_fork_worker(args.watch), flush=True)
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
+    devices = os.environ["GPUTUI_DEMO_DEVICES"]  # the stand-in /dev
+    watch = int(os.environ["GPUTUI_DEMO_WATCH"])  # the read end of gputui's pipe
+
+    fds = _open_devices(devices, int(args["gpu"]))  # noqa: F841 - held open for the process's life
+    if args["role"] == "orphan-parent":
+        print(_fork_worker(watch), flush=True)
         return 0
 
     # SIGINT is how a trainer is asked to save a checkpoint and stop: pretend to, then exit cleanly.
     signal.signal(signal.SIGINT, lambda *_: (time.sleep(0.2), os._exit(0)))
-    for _ in range(args.workers):
-        _fork_worker(args.watch)
-    if args.defunct and os.fork() == 0:
+    for _ in range(int(args["workers"])):
+        _fork_worker(watch)
+    if "defunct" in args and os.fork() == 0:
         os._exit(0)  # never waited for: stays a zombie while this trainer lives
     print("ready", flush=True)
-    _wait_for_eof(args.watch)
-    if args.janitor:
-        shutil.rmtree(args.devices, ignore_errors=True)
+    _wait_for_eof(watch)
+    if "janitor" in args:
+        import shutil  # only the one janitor needs it
+
+        shutil.rmtree(devices, ignore_errors=True)
     return 0
 
 

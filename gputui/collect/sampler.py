@@ -42,6 +42,8 @@ class Sampler:
         self._last_slow: float | None = None
         self._lock = threading.Lock()  # open() may be started early on another thread
         self._closed = False
+        self._tick_lock = threading.Lock()  # so may the first tick: see prefetch()
+        self._early: Snapshot | None = None
 
     def open(self) -> SourceInfo:
         """Open the source once; a second caller waits for the first and gets the same answer."""
@@ -65,7 +67,20 @@ class Sampler:
                  tb: TracebackType | None) -> None:
         self.close()
 
+    def prefetch(self) -> None:
+        """Open and take the first tick now, on the caller's thread, while the UI is still starting up;
+        the next tick() returns it. The first frame then waits for the slower of the two, not both."""
+        with self._tick_lock:
+            if self._early is None:
+                self.open()
+                self._early = self._tick()
+
     def tick(self) -> Snapshot:
+        with self._tick_lock:
+            early, self._early = self._early, None
+            return early if early is not None else self._tick()
+
+    def _tick(self) -> Snapshot:
         assert self.info is not None, "Sampler.open() first"
         now = self.monotonic()
         slow = self._last_slow is None or now - self._last_slow >= self.slow_interval

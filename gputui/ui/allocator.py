@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 from rich.table import Table
@@ -14,41 +13,12 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from gputui.collect.agents import AgentPoller
+from gputui.collect.agents import AgentHistory, AgentPoller
 from gputui.model import Snapshot
 from gputui.ui.screens import MODAL_CSS
 from gputui.ui.spark import glyph
 from gputui.units import NA, fmt_bytes, printable
 
-HISTORY = 300  # samples of allocated/reserved kept per (pid, device)
-
-
-def _bytes(value: object) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
-
-
-class AgentHistory:
-    """allocated/reserved over time for every agent, kept by the app so a panel opens with a past."""
-
-    def __init__(self) -> None:
-        self.series: dict[tuple[int, int], deque[tuple[int, int]]] = {}
-
-    def add(self, snap: Snapshot) -> None:
-        for pid, reply in snap.agents.items():
-            # A reply comes from another process: trust no shape in it.
-            allocator = reply.get("allocator") if isinstance(reply, dict) else None
-            devices = allocator.get("devices") if isinstance(allocator, dict) else None
-            for d in devices if isinstance(devices, list) else ():
-                if not isinstance(d, dict):
-                    continue
-                key = (pid, d.get("index", 0) if isinstance(d.get("index", 0), int) else 0)
-                self.series.setdefault(key, deque(maxlen=HISTORY)).append(
-                    (_bytes(d.get("allocated")), _bytes(d.get("reserved"))))
-        for key in [k for k in self.series if k[0] not in snap.agents]:
-            del self.series[key]  # the process or its agent is gone
-
-    def points(self, pid: int, device: int) -> list[tuple[int, int]]:
-        return list(self.series.get((pid, device), ()))
 _ACTIONS = {
     "h": ("record_history", "start/stop recording allocation history (it slows allocations a little)"),
     "s": ("dump_snapshot", "write a memory snapshot file (open it at https://pytorch.org/memory_viz)"),

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.style import Style
 from textual import on, work
@@ -21,7 +22,7 @@ from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
 from gputui.collect import signals
-from gputui.collect.agents import AgentPoller
+from gputui.collect.agents import AgentHistory, AgentPoller
 from gputui.collect.dips import DipDetector
 from gputui.collect.history import MAX_AGE_S, History
 from gputui.collect.replay import ReplaySampler
@@ -30,17 +31,18 @@ from gputui.collect.signals import Target
 from gputui.collect.source import SourceUnavailable
 from gputui.model import ProcessRow, Snapshot
 from gputui.ui import partial_updates
-from gputui.ui.allocator import AgentHistory, AllocatorScreen
-from gputui.ui.doctor_screen import DoctorScreen
+from gputui.ui.allocator import AllocatorScreen
 from gputui.ui.events import EventsScreen
 from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
-from gputui.ui.kill import Entry, KillRequest, KillScreen, entry_of
 from gputui.ui.palette import Palette
 from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, View, build_rows
 from gputui.ui.process_table import ProcessTable
 from gputui.ui.screens import DetailScreen, GpuChooser, HelpScreen
 from gputui.ui.status import StatusLine
+
+if TYPE_CHECKING:
+    from gputui.ui.kill import KillRequest
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 SORT_CYCLE = ("gpu", "gpu_mem", "sm", "cpu", "rss", "time", "pid", "user")
@@ -413,6 +415,9 @@ class GpuTuiApp(App[int]):
         self.push_screen(AllocatorScreen(row.pid, poller, self.snapshot, self.agent_history))
 
     def action_doctor(self) -> None:
+        # Imported when asked for: the doctor's modules would add a tenth of a second to every start.
+        from gputui.ui.doctor_screen import DoctorScreen
+
         row = self.table.current
         pid = row.pid if row is not None and row.process is not None else None
         self.push_screen(DoctorScreen(pid, self.history, self.snapshot, self.devices_dir))
@@ -519,6 +524,8 @@ class GpuTuiApp(App[int]):
         rows = [r for r in rows if r not in hidden]
         if not rows:
             return
+        from gputui.ui.kill import Entry, KillScreen, entry_of  # its widgets load only when needed
+
         entries: dict[int, Entry] = {}  # by pid: a defunct row's parent may be tagged as well
         notes = []
         for row in rows:
@@ -549,6 +556,8 @@ class GpuTuiApp(App[int]):
             self.say("nothing to escalate: no process outlived a signal")
             return
         targets, self.escalation = self.escalation, ()
+        from gputui.ui.kill import KillRequest
+
         self._send(KillRequest(targets, "SIGKILL", False))
 
     @work(thread=True, group="signals")

@@ -8,7 +8,8 @@ that changes three digits sends three digits.
 from __future__ import annotations
 
 from functools import lru_cache
-from itertools import repeat
+from itertools import groupby, repeat
+from operator import itemgetter
 
 from rich.segment import Segment
 from rich.style import Style
@@ -24,8 +25,31 @@ Cell = tuple[str, Style]
 @lru_cache(maxsize=1024)
 def _combine(base: Style, style: Style | None) -> Style:
     return base + style
-_PLAIN = Style()
+# The one empty style: cells compare by identity first, so a new Style() per cell would make unchanged
+# lines compare unequal cell by cell in Python.
+PLAIN = Style()
 _GAP = 6  # unchanged cells that split one dirty span into two
+# Characters Rich measures and splits without a cache (ASCII, Latin, box drawing and blocks). A
+# segment with any other character (an ellipsis, a warning sign) is split through Rich's 16,384-entry
+# cache of split results; a line whose numbers change every tick would add an entry per tick and grow
+# memory for hours (`make soak`). So those characters get segments of their own.
+_FAST = frozenset(map(chr, [*range(0x20, 0x7F), *range(0xA0, 0xAD), *range(0xAE, 0x300),
+                            *range(0x2500, 0x25FD)]))
+
+
+def _segments(text: str, style: Style) -> list[Segment]:
+    if _FAST.issuperset(text):
+        return [Segment(text, style)]
+    out, start = [], 0
+    for i, ch in enumerate(text):
+        if ch not in _FAST:
+            if start < i:
+                out.append(Segment(text[start:i], style))
+            out.append(Segment(ch, style))
+            start = i + 1
+    if start < len(text):
+        out.append(Segment(text[start:], style))
+    return out
 
 
 class Line:
@@ -36,12 +60,12 @@ class Line:
     def __init__(self) -> None:
         self.cells: list[Cell] = []
 
-    def add(self, text: str, style: Style = _PLAIN) -> Line:
+    def add(self, text: str, style: Style = PLAIN) -> Line:
         text = printable(text)  # a control character would move the terminal's cursor
         self.cells.extend(zip(text, repeat(style)))
         return self
 
-    def pad_to(self, width: int, style: Style = _PLAIN) -> Line:
+    def pad_to(self, width: int, style: Style = PLAIN) -> Line:
         if len(self.cells) < width:
             self.cells.extend([(" ", style)] * (width - len(self.cells)))
         return self
@@ -51,7 +75,7 @@ class Line:
 
     def fit(self, width: int) -> list[Cell]:
         cells = self.cells[:width]
-        return cells + [(" ", _PLAIN)] * (width - len(cells))
+        return cells + [(" ", PLAIN)] * (width - len(cells))
 
 
 def changed_spans(old: list[Cell], new: list[Cell]) -> list[tuple[int, int]]:
@@ -80,6 +104,17 @@ class CellCanvas(Widget):
         super().__init__(id=id, classes=classes)
         self._lines: list[list[Cell]] = []
         self._width = -1
+        self._base: Style | None = None  # rich_style walks every ancestor's CSS: once per style change
+
+    def notify_style_update(self) -> None:
+        self._base = None
+        super().notify_style_update()
+
+    @property
+    def base_style(self) -> Style:
+        if self._base is None:
+            self._base = self.rich_style
+        return self._base
 
     def build(self, width: int) -> list[Line]:
         raise NotImplementedError
@@ -90,11 +125,12 @@ class CellCanvas(Widget):
             return
         new = [line.fit(width) for line in self.build(width)]
         if width != self._width or len(new) != len(self._lines):
-            self._width, self._lines = width, new
+            self._width, self._lines, self._base = width, new, None
             self.refresh()
             return
+        # An unchanged line is the common case: one comparison in C, not a loop over its cells.
         regions = [Region(x0, y, x1 - x0, 1)
-                   for y, (old, line) in enumerate(zip(self._lines, new, strict=True))
+                   for y, (old, line) in enumerate(zip(self._lines, new, strict=True)) if old != line
                    for x0, x1 in changed_spans(old, line)]
         self._lines = new
         if regions:
@@ -110,18 +146,10 @@ class CellCanvas(Widget):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if y >= len(self._lines) or width != self._width:
-            return Strip.blank(width, self.rich_style)
-        base = self.rich_style
-        combine = _combine
+            return Strip.blank(width, self.base_style)
+        base = self.base_style
         segments: list[Segment] = []
-        run_text: list[str] = []
-        run_style: Style | None = None
-        for ch, style in self._lines[y]:
-            if style is not run_style and style != run_style:
-                if run_text:
-                    segments.append(Segment("".join(run_text), combine(base, run_style)))
-                run_text, run_style = [], style
-            run_text.append(ch)
-        if run_text:
-            segments.append(Segment("".join(run_text), combine(base, run_style)))
+        # Runs of one style, grouped in C: the cells of a run share one Style object (Line.add).
+        for style, run in groupby(self._lines[y], key=itemgetter(1)):
+            segments += _segments("".join(map(itemgetter(0), run)), _combine(base, style))
         return Strip(segments, width)

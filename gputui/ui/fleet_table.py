@@ -9,7 +9,7 @@ from rich.style import Style
 from textual.message import Message
 
 from gputui.export.fleet import FleetHost
-from gputui.ui.canvas import Line
+from gputui.ui.canvas import PLAIN, Line
 from gputui.ui.cursor_table import CursorTable
 from gputui.ui.palette import Palette
 from gputui.ui.process_table import fit
@@ -145,7 +145,7 @@ class FleetTable(CursorTable):
             if on_cursor:
                 style = style + (p.cursor if focused else Style(underline=True))
             line.add(fit(text, col.width, col.justify), style)
-            line.add(" ", p.cursor if on_cursor and focused else Style())
+            line.add(" ", p.cursor if on_cursor and focused else PLAIN)
         spark_style = p.util_style(True)
         for gpu in host.gpus[:shown]:
             for v in compress(gpu.series, cells):

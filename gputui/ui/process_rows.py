@@ -11,6 +11,7 @@ from rich.text import Text
 
 from gputui.collect.classify import SUSPICIOUS
 from gputui.model import HostProcess, ProcessRow, Snapshot
+from gputui.ui.canvas import PLAIN
 from gputui.units import NA, fmt_bytes, fmt_duration, printable
 
 
@@ -124,7 +125,7 @@ def _unaccounted_rows(snap: Snapshot, view: View, styles: dict[str, Style]) -> l
     for gpu, extra in sorted(snap.unaccounted_memory.items()):
         if extra is None or extra < UNACCOUNTED_MIN or view.gpu not in (None, gpu):
             continue
-        style = styles.get("warning", Style())
+        style = styles.get("warning", PLAIN)
         cells = [Text("", no_wrap=True) for _ in COLUMNS]
         cells[COLUMN_KEYS.index("gpu")] = Text(str(gpu), justify="right")
         cells[COLUMN_KEYS.index("pid")] = Text("-", justify="right")
@@ -225,7 +226,7 @@ def _make_row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles:
     on_gpu = isinstance(p, ProcessRow)
     dim = styles.get("dim", Style(dim=True))
     invisible = on_gpu and not p.visible
-    state_style = styles.get(_BAD_STATES.get(p.state or "", ""), Style())
+    state_style = styles.get(_BAD_STATES.get(p.state or "", ""), PLAIN)
 
     def cell(text: str, column: str, style: Style | str = "") -> Text:
         justify = BY_KEY[column].justify
@@ -241,7 +242,7 @@ def _make_row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles:
         else:  # holds a device file only: NVML has nothing to say about it
             nvml = (cell("-", "kinds"), cell("-", "gpu_mem"), cell("-", "sm"), cell("-", "bw"))
         gpu_cells = (cell(str(p.gpu) if p.gpu is not None else "?", "gpu"), *nvml)
-        category = cell(p.category, "category", styles.get(_CATEGORY_STYLES.get(p.category, ""), Style()))
+        category = cell(p.category, "category", styles.get(_CATEGORY_STYLES.get(p.category, ""), PLAIN))
     else:
         command = p.command
         gpu_cells = (cell("-", "gpu", dim), cell("", "kinds"), cell("", "gpu_mem"), cell("", "sm"),

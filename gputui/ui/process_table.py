@@ -14,7 +14,7 @@ from rich.style import Style
 from textual.binding import Binding
 from textual.message import Message
 
-from gputui.ui.canvas import Line
+from gputui.ui.canvas import PLAIN, Line
 from gputui.ui.cursor_table import CursorTable
 from gputui.ui.process_rows import COLUMNS, TableRow
 
@@ -26,7 +26,7 @@ _DROP_ORDER = ("bw", "time", "rss", "kinds", "state", "cpu", "user", "category")
 
 @lru_cache(maxsize=256)
 def _style(style: str | Style) -> Style:
-    return style if isinstance(style, Style) else Style.parse(style) if style else Style()
+    return style if isinstance(style, Style) else Style.parse(style) if style else PLAIN
 
 
 def fit(text: str, width: int, justify: str = "left") -> str:
@@ -56,6 +56,9 @@ class ProcessTable(CursorTable):
         self.header_style = Style(bold=True)
         self.cursor_style = Style(reverse=True)
         self.tag_style = Style(bold=True, underline=True)
+        # The last build's line of every row, by id: a row that did not change is the same TableRow
+        # object (process_rows reuses them), so its line is reused rather than built again.
+        self._built: dict[int, tuple[TableRow, tuple[object, ...], Line]] = {}
 
     @property
     def current(self) -> TableRow | None:
@@ -86,22 +89,32 @@ class ProcessTable(CursorTable):
         if not self.rows:
             return [*lines, Line().add(f" {self.empty_note}", Style(dim=True))]
         focused = self.has_focus
+        built: dict[int, tuple[TableRow, tuple[object, ...], Line]] = {}
         for i in self.visible():
-            on_cursor = i == self.cursor
-            line = Line()
-            cells = self.rows[i].cells
-            tagged = self.rows[i].key in self.tagged
-            for c, w in layout:
-                cell, col = cells[c], COLUMNS[c]
-                style = _style(cell.style)
-                if tagged:
-                    style = style + self.tag_style
-                if on_cursor:
-                    style = style + self.cursor_style if focused else style + Style(underline=True)
-                line.add(fit(cell.plain, w, col.justify), style)
-                line.add(" " * _GAP, self.cursor_style if on_cursor and focused else Style())
+            row = self.rows[i]
+            how = (layout, i == self.cursor, row.key in self.tagged, focused, self.cursor_style,
+                   self.tag_style)
+            last = self._built.get(id(row))
+            reuse = last is not None and last[0] is row and last[1] == how
+            line = last[2] if last is not None and reuse else self._line(row, *how)
+            built[id(row)] = (row, how, line)
             lines.append(line)
+        self._built = built
         return lines
+
+    def _line(self, row: TableRow, layout: list[tuple[int, int]], on_cursor: bool, tagged: bool,
+              focused: bool, cursor_style: Style, tag_style: Style) -> Line:
+        line = Line()
+        for c, w in layout:
+            cell, col = row.cells[c], COLUMNS[c]
+            style = _style(cell.style)
+            if tagged:
+                style = style + tag_style
+            if on_cursor:
+                style = style + cursor_style if focused else style + Style(underline=True)
+            line.add(fit(cell.plain, w, col.justify), style)
+            line.add(" " * _GAP, cursor_style if on_cursor and focused else PLAIN)
+        return line
 
     def on_header_click(self, x: int) -> None:
         left = 0

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from rich.style import Style
 
-from gputui.ui.canvas import Line
+from gputui.ui.canvas import PLAIN, Line
 
 GLYPHS = " ▁▂▃▄▅▆▇█"
 MIN_WINDOW_S = 300.0  # the view always covers at least five minutes
@@ -86,12 +86,13 @@ def draw(line: Line, series: BucketSeries, start: int, width: int,
          mark: Style | None = None) -> Line:
     """Cells for buckets start..start+width; buckets in `marked` (dips) drawn with `mark` on top."""
     values = dict(series.buckets) if series.buckets else {}
-    empty = Style()
+    cells = line.cells  # appended directly: glyphs need no Line.add() sanitizing, and this runs per cell
+    blank = (" ", PLAIN)
     for n in range(start, start + width):
         if n in values:
             v = values[n]
             style = style_for(v)
-            line.add(glyph(v), style + mark if mark is not None and n in marked else style)
+            cells.append((glyph(v), style + mark if mark is not None and n in marked else style))
         else:
-            line.add(" ", empty)
+            cells.append(blank)
     return line

@@ -434,3 +434,19 @@ def test_a_single_gpu_demo_has_no_ghost(cleanup: list[object]) -> None:
     r = src.read(slow=True)
     assert len(r.gpus) == 1
     assert [p.pid for p in r.processes] == [src.trainers[0].pid]
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["--role", "trainer"], "--gpu N are required"),
+    (["--role", "janitor", "--gpu", "0"], "--role trainer|orphan-parent"),
+    (["--role", "trainer", "--gpu", "x"], "--gpu N are required"),
+    (["--role", "trainer", "--gpu", "0", "--verbose"], "unknown argument '--verbose'"),
+], ids=["no gpu", "bad role", "gpu not a number", "unknown flag"])
+def test_a_demo_child_with_bad_arguments_says_so_in_one_line(args: list[str], error: str) -> None:
+    from gputui.collect import demo
+
+    run = subprocess.run([sys.executable, "-IS", str(demo._CHILD), *args], capture_output=True, text=True,
+                         timeout=10, env={**os.environ, "GPUTUI_DEMO_DEVICES": "/nonexistent",
+                                          "GPUTUI_DEMO_WATCH": "0"})
+    assert run.returncode == 1
+    assert error in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -166,3 +167,67 @@ def test_history_with_the_demo(demo_sampler: tuple[Sampler, DemoSource, FakeCloc
     assert sorted(history.gpus) == [0, 1, 2]
     assert all(len(h) == 3 for h in history.gpus.values())
     assert list(history.gpus[0].times) == [clock.t - 2.0, clock.t - 1.0, clock.t]
+
+
+class SlowSource(RecordingSource):
+    """Its reads wait until the test lets them go, so a second thread can arrive mid-tick."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = threading.Event()
+        self.go = threading.Event()
+
+    def read(self, slow: bool) -> Reading:
+        self.reading.set()
+        assert self.go.wait(5)
+        return super().read(slow)
+
+
+def test_prefetch_opens_and_the_next_tick_returns_its_snapshot() -> None:
+    src = RecordingSource()
+    clock = FakeClock(100.0)
+    sampler = Sampler(src, clock=clock, monotonic=clock)
+    sampler.prefetch()
+    assert src.opened == 1 and src.slow == [True]  # opened once, read once
+    clock.t = 101.0
+    first = sampler.tick()
+    assert first.time == 100.0 and src.slow == [True]  # the prefetched one, not a new read
+    second = sampler.tick()
+    assert second.time == 101.0 and src.slow == [True, False]
+    sampler.prefetch()  # a later prefetch is a tick like any other, returned once
+    assert sampler.tick().time == 101.0 and len(src.slow) == 3
+    sampler.close()
+
+
+def test_a_tick_during_a_prefetch_waits_for_it_and_gets_its_snapshot() -> None:
+    src = SlowSource()
+    sampler = Sampler(src, clock=FakeClock(5.0), monotonic=FakeClock(0.0))
+    early = threading.Thread(target=sampler.prefetch)
+    early.start()
+    assert src.reading.wait(5)
+    got: list[float] = []
+    late = threading.Thread(target=lambda: got.append(sampler.tick().time))
+    late.start()
+    late.join(0.2)
+    assert late.is_alive() and not got  # not a second read on the same source at the same time
+    src.go.set()
+    early.join(5)
+    late.join(5)
+    assert got == [5.0] and len(src.slow) == 1
+    sampler.close()
+
+
+def test_a_failed_prefetch_leaves_the_next_tick_to_read_and_raise() -> None:
+    class Failing(RecordingSource):
+        def read(self, slow: bool) -> Reading:
+            super().read(slow)
+            raise RuntimeError("the source broke")
+
+    src = Failing()
+    sampler = Sampler(src, monotonic=FakeClock())
+    with pytest.raises(RuntimeError):
+        sampler.prefetch()
+    with pytest.raises(RuntimeError, match="the source broke"):
+        sampler.tick()  # read again: the app's own tick is the one that reports
+    assert len(src.slow) == 2
+    sampler.close()

@@ -168,7 +168,7 @@ def test_segment_map() -> None:
 
 def test_agent_history_skips_malformed_replies() -> None:
     """An agent's reply comes from another process: no shape of it may take the app's ingest down."""
-    from gputui.ui.allocator import AgentHistory
+    from gputui.collect.agents import AgentHistory
 
     base = make_app(gpus=1).sampler.snapshots[-1]  # type: ignore[attr-defined]
     bad: dict[int, Any] = {

@@ -109,7 +109,7 @@ def _gpu_lines(screen: str, gpus: int) -> list[int]:
 
 
 # GPU PID USER ... GPU MEM ...: narrow terminals drop some columns, never these.
-_ROW = re.compile(r"^\s*(\d{1,2})\s+(\d+)\s+\S+\s.*?\d GiB\b")
+_ROW = re.compile(r"^\s*(\d{1,2})\s+(\d+)\s+\S+\s.*?\d [MG]iB\b")
 
 
 def _rows(screen: str) -> dict[int, str]:
