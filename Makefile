@@ -32,7 +32,7 @@ lint: setup
 bench: setup
 	$(BIN)/python bench/run.py
 
-SOAK_S ?= 600
+SOAK_S ?= 1800
 soak: setup
 	$(BIN)/python bench/soak.py --seconds $(SOAK_S)
 

@@ -71,12 +71,15 @@ def soak(seconds: float, interval: float, history_s: float, warmup: float) -> di
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=600.0, help="how long to run (default 600)")
+    ap.add_argument("--seconds", type=float, default=1800.0, help="how long to run (default 1800)")
     ap.add_argument("--interval", type=float, default=0.25, help="gputui's sampling interval")
     ap.add_argument("--history", type=float, default=120.0, help="seconds of history gputui keeps")
-    ap.add_argument("--warmup", type=float, help="seconds left out of the fit (default: history + 60)")
+    ap.add_argument("--warmup", type=float,
+                    help="seconds left out of the fit (default: a third of the run, at least history + 60)")
     args = ap.parse_args()
-    warmup = args.warmup if args.warmup is not None else args.history + 60.0
+    # Textual's and Rich's own caches (bounded: 1,024 to 4,096 entries each) take 15-20 minutes at 4 Hz
+    # to fill; a fit that starts earlier measures them filling, not a leak.
+    warmup = args.warmup if args.warmup is not None else max(args.history + 60.0, args.seconds / 3)
     if args.seconds < warmup + 60:
         ap.error(f"--seconds must be at least the warm-up plus a minute ({warmup + 60:g})")
     result = soak(args.seconds, args.interval, args.history, warmup)

@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.events import Key, Resize
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 from textual.worker import get_current_worker
 
 from gputui.collect import signals
@@ -35,6 +35,7 @@ from gputui.ui.allocator import AllocatorScreen
 from gputui.ui.events import EventsScreen
 from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
+from gputui.ui.key_bar import KeyBar
 from gputui.ui.palette import Palette
 from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, View, build_rows
 from gputui.ui.process_table import ProcessTable
@@ -165,6 +166,7 @@ class GpuTuiApp(App[int]):
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._row_styles: dict[str, Style] = {}
+        self._failing: tuple[str, int] | None = None  # (the sampler's error, failed ticks in a row)
         self.theme = DEFAULT_THEME
 
     @property
@@ -187,7 +189,7 @@ class GpuTuiApp(App[int]):
         yield self.table
         yield self.status
         yield self.filter_box
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self._apply_palette()
@@ -261,14 +263,21 @@ class GpuTuiApp(App[int]):
         if self.snapshot is None:
             self.error = message.error
             self.exit(2)
-        else:
+            return
+        last, failed = self._failing or ("", 0)
+        self._failing = (message.error, failed + 1)
+        if message.error != last:  # one toast per distinct error, not one per failing tick
             self.notify(message.error, severity="error", markup=False)
+        self.say(f"{message.error} ({failed + 1} ticks in a row): the last good frame is shown", "error")
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         if not self.screen_stack:  # the app is closing: a snapshot that arrives now has nowhere to go
             return
         self.ingest(message.snapshot)
         self._show(message.snapshot)
+        if self._failing is not None:
+            self.say(f"sampling works again, after {self._failing[1]} failed ticks")
+            self._failing = None
 
     def ingest(self, snap: Snapshot) -> None:
         """What is kept of every snapshot: the history behind the sparklines, dips, agent history."""

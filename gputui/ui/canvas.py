@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from itertools import groupby, repeat
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 from rich.segment import Segment
 from rich.style import Style
@@ -18,6 +19,9 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gputui.units import printable
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 Cell = tuple[str, Style]
 
@@ -106,9 +110,15 @@ class CellCanvas(Widget):
         self._width = -1
         self._base: Style | None = None  # rich_style walks every ancestor's CSS: once per style change
 
-    def notify_style_update(self) -> None:
+    def notify_style_update(self) -> None:  # the stylesheet changed (a theme, a pseudo-class)
         self._base = None
         super().notify_style_update()
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> Self:
+        if repaint and not regions:  # a whole repaint: how Textual applies an inline style change
+            self._base = None
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
     @property
     def base_style(self) -> Style:

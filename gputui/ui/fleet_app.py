@@ -17,7 +17,6 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 from gputui.export.fleet import SORTS, FleetHost, FleetReader, FleetView, sort_hosts
@@ -25,6 +24,7 @@ from gputui.ui import partial_updates
 from gputui.ui.canvas import CellCanvas, Line
 from gputui.ui.fleet_host import HostScreen, window_label
 from gputui.ui.fleet_table import FleetTable
+from gputui.ui.key_bar import KeyBar
 from gputui.ui.palette import Palette
 from gputui.ui.screens import HelpScreen
 
@@ -144,7 +144,7 @@ class FleetApp(App[int]):
         yield self.header
         yield self.banner
         yield self.table
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self._apply_palette()

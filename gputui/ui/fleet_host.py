@@ -7,11 +7,11 @@ import time
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from gputui.export.fleet import FleetHost, FleetView, HostDetail
 from gputui.ui.canvas import CellCanvas, Line
 from gputui.ui.fleet_table import MIB, compress, mem_text, spark_glyph, state_text
+from gputui.ui.key_bar import KeyBar
 from gputui.ui.palette import Palette
 from gputui.ui.process_table import fit
 from gputui.units import NA, fmt_bytes
@@ -146,7 +146,7 @@ class HostScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield self.host_view
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.host_view.focus()

@@ -33,12 +33,18 @@ class HeaderBar(CellCanvas):
         if snap.source == "demo":
             line.add(" DEMO ", p.warning + p.title).add(" ")
         line.add(snap.hostname, p.plain)
-        line.add("  driver ", p.dim).add(snap.driver_version or NA, p.plain)
-        line.add("  CUDA ", p.dim).add(snap.cuda_driver_version or NA, p.plain)
-        line.add("  ", p.dim).add(time.strftime("%H:%M:%S", time.localtime(snap.time)), p.plain)
-        line.add("  every ", p.dim).add(f"{self.interval:.3g} s", p.plain)
+        versions = Line().add("  driver ", p.dim).add(snap.driver_version or NA, p.plain)
+        versions.add("  CUDA ", p.dim).add(snap.cuda_driver_version or NA, p.plain)
+        clock = Line().add("  ", p.dim).add(time.strftime("%H:%M:%S", time.localtime(snap.time)), p.plain)
+        clock.add("  every ", p.dim).add(f"{self.interval:.3g} s", p.plain)
+        badges = Line()
         if self.paused:
-            line.add("  ").add(" PAUSED ", p.error)
+            badges.add("  ").add(" PAUSED ", p.error)
         if snap.errors:
-            line.add("  ⚠ " + snap.errors[-1], p.warning)
+            badges.add("  ⚠ " + snap.errors[-1], p.warning)
+        # PAUSED and the latest error matter more than the versions: on a narrow terminal those go.
+        if len(line) + len(versions) + len(clock) + min(len(badges), 12) > width:
+            versions = Line()
+        for part in (versions, clock, badges):
+            line.cells.extend(part.cells)
         return [line]

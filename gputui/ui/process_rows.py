@@ -81,7 +81,8 @@ def matches(p: ProcessRow | HostProcess, needle: str) -> bool:
     if not needle:
         return True
     needle = needle.lower()
-    return any(needle in s.lower() for s in (str(p.pid), p.user or "", p.command or ""))
+    # An unknown user is drawn as n/a, and a user who sees n/a can type it.
+    return any(needle in s.lower() for s in (str(p.pid), p.user or NA, p.command or ""))
 
 
 def _sort_key(column: Column) -> Callable[[ProcessRow | HostProcess], tuple[Any, ...]]:

@@ -85,6 +85,11 @@ def drawn_text(app: GpuTuiApp) -> str:
     return "\n".join("\n".join(lines(w)) for w in (app.header, app.panes, app.table, app.status))
 
 
+def frame_text(app: GpuTuiApp) -> str:
+    """What the last snapshot drew: the header, the GPU panes, the table (not the status line)."""
+    return "\n".join("\n".join(lines(w)) for w in (app.header, app.panes, app.table))
+
+
 def static_text(widget: Widget) -> str:
     strips = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
     return "\n".join(strip.text.rstrip() for strip in strips)
@@ -113,6 +118,10 @@ def row_line(app: GpuTuiApp, pid: int) -> str:
     pids = shown_pids(app)
     assert pid in pids, (pid, pids)
     return body(app)[pids.index(pid)]
+
+
+def status_line(app: GpuTuiApp) -> str:
+    return "\n".join(lines(app.status))
 
 
 def notifications(app: GpuTuiApp) -> list[str]:
@@ -276,14 +285,15 @@ async def test_sampler_errors_keep_the_last_frame_and_say_so_then_new_data_shows
                     what="the sampler's failure to be shown")
         await pilot.pause()
         assert app.snapshot is not None and app.snapshot.time == last_good  # the last good frame stays
-        frames, drawn, raised = app.frames, drawn_text(app), sampler.raised
+        frames, drawn, raised = app.frames, frame_text(app), sampler.raised
         await until(pilot, lambda: sampler.raised >= raised + 5, what="more failing ticks")
         await pilot.pause()
-        assert app.frames == frames and drawn_text(app) == drawn  # still drawn, unchanged
+        assert app.frames == frames and frame_text(app) == drawn  # still drawn, unchanged
         assert len(heads(app)) == 4 and all("UTIL" in h for h in heads(app))
         assert len(shown_pids(app)) == len(snaps[-1].processes)
         errors = [n for n in app._notifications if n.message == message]
-        assert errors and all(n.severity == "error" for n in errors)
+        assert len(errors) == 1 and errors[0].severity == "error"  # once, not once per failing tick
+        assert message in status_line(app) and "ticks in a row" in status_line(app)
         assert app.is_running and app.return_code is None and app.error is None
 
         with sampler.lock:
@@ -291,6 +301,7 @@ async def test_sampler_errors_keep_the_last_frame_and_say_so_then_new_data_shows
         await until(pilot, lambda: app.snapshot is not None and app.snapshot.time > last_good + 2,
                     what="new data after the failures")
         assert app.frames > frames and len(heads(app)) == 4
+        assert "sampling works again, after" in status_line(app) and message not in status_line(app)
         assert _clock(app.snapshot.time) in header(app)  # (the same _show() drew both: no await between)
         assert app.is_running and app.return_code is None
 
@@ -681,6 +692,9 @@ async def test_unresolved_user_names_are_drawn_sorted_and_filtered() -> None:
         assert screen.detail is not None
         assert "user" in screen_text(app) and NA in screen_text(app)
         await close_detail(pilot, app)
+        await pilot.press("escape", "slash", *NA, "enter")  # what is drawn for them can be typed
+        await pilot.pause()
+        assert 7002 in shown_pids(app) and all(procs[pid].user is None for pid in shown_pids(app))
         assert app.is_running
 
 

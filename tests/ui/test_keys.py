@@ -643,9 +643,12 @@ async def test_a_bad_sample_never_crashes(size: tuple[int, int]) -> None:
         assert "n/a" in heads[0]
         assert sorted(shown_pids(app)) == [4194301, 4194302]
         assert all("n/a" in line for line in body(app))
-        assert "driver n/a" in header_bar(app) and "PAUSED" in header_bar(app)
+        # PAUSED and the error are on the header at any width; the versions give way on a narrow one.
+        assert "PAUSED" in header_bar(app) and "⚠ NVML: GPU 1" in header_bar(app)
         if size[0] >= 120:
-            assert "⚠ NVML: GPU 1 is lost" in header_bar(app)
+            assert "driver n/a" in header_bar(app) and "⚠ NVML: GPU 1 is lost" in header_bar(app)
+        else:
+            assert "driver" not in header_bar(app)
         # Still alive: keys work and every view copes with the unknowns.
         for keys in (["s"] * 8, ["S"], ["t"], ["t"], ["slash", *"4194302", "enter"]):
             await press(pilot, *keys)

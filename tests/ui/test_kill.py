@@ -21,12 +21,12 @@ from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Checkbox, OptionList, RadioSet, Static
-from textual.widgets._footer import FooterKey
 
 from gputui.collect.replay import ReplaySampler
 from gputui.model import ProcessRow, Snapshot
 from gputui.ui import app as app_module
 from gputui.ui.app import GpuTuiApp, SnapshotReady
+from gputui.ui.key_bar import KeyBar
 from gputui.ui.kill import KillScreen
 from gputui.ui.status import StatusLine
 from tests.ui import world
@@ -599,7 +599,7 @@ async def test_gputui_and_its_ancestors_are_refused(monkeypatch: pytest.MonkeyPa
 
 
 def footer_descriptions(app: GpuTuiApp) -> list[str]:
-    return [key.description for key in app.query(FooterKey)]
+    return [description for _, _, description, _ in app.query_one(KeyBar).hints]
 
 
 async def palette_titles(pilot: Pilot, app: GpuTuiApp) -> list[str]:
