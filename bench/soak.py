@@ -64,6 +64,8 @@ def soak(seconds: float, interval: float, history_s: float, warmup: float) -> di
         "rss_after_warmup_mib": round(steady[0][1], 1) if steady else None,
         "rss_end_mib": round(samples[-1][1], 1) if samples else None,
         "growth_mib_per_h": round(growth, 2) if growth is not None else None,
+        # RSS at every tenth of the run: a bounded cache filling up flattens out; a leak does not.
+        "rss_by_tenth_mib": [round(v, 1) for _, v in samples[:: max(1, len(samples) // 10)]],
         "budget_mib_per_h": BUDGET_MIB_PER_H,
         "pass": alive and growth is not None and growth <= BUDGET_MIB_PER_H,
     }

@@ -65,9 +65,10 @@ class AllocatorScreen(ModalScreen[None]):
             yield Static(id="allocator", markup=False)
 
     def on_mount(self) -> None:
-        self.update(self.snapshot)
+        self.follow(self.snapshot)
 
-    def update(self, snap: Snapshot) -> None:
+    def follow(self, snap: Snapshot) -> None:
+        """Called by the app with every new snapshot while this screen is on top."""
         """A new snapshot (the app forwards each one while the panel is open)."""
         self.snapshot = snap
         reply = snap.agents.get(self.pid)
@@ -146,7 +147,7 @@ class AllocatorScreen(ModalScreen[None]):
         if self.armed != key:
             self.armed = key
             self.message = f"press {key} again to {description} in process {self.pid}; any other key cancels"
-            self.update(self.snapshot)
+            self.follow(self.snapshot)
             return
         self.armed = None
         params: dict[str, Any] = {}
@@ -154,7 +155,7 @@ class AllocatorScreen(ModalScreen[None]):
             self.recording = not self.recording
             params["enabled"] = self.recording
         self.message = f"{op} …"
-        self.update(self.snapshot)
+        self.follow(self.snapshot)
         self._run(op, params)
 
     @work(thread=True, exclusive=True)
@@ -165,4 +166,4 @@ class AllocatorScreen(ModalScreen[None]):
 
     def _done(self, message: str) -> None:
         self.message = printable(message)
-        self.update(self.snapshot)
+        self.follow(self.snapshot)

@@ -35,9 +35,10 @@ class EventsScreen(ModalScreen[None]):
             yield Static(id="events", markup=False)
 
     def on_mount(self) -> None:
-        self.update(self.snapshot)
+        self.follow(self.snapshot)
 
-    def update(self, snap: Snapshot) -> None:
+    def follow(self, snap: Snapshot) -> None:
+        """Called by the app with every new snapshot while this screen is on top."""
         self.snapshot = snap
         self.query_one("#events", Static).update(self.render_events())
 
