@@ -29,6 +29,8 @@ Cell = tuple[str, Style]
 @lru_cache(maxsize=1024)
 def _combine(base: Style, style: Style | None) -> Style:
     return base + style
+
+
 # The one empty style: cells compare by identity first, so a new Style() per cell would make unchanged
 # lines compare unequal cell by cell in Python.
 PLAIN = Style()
