@@ -30,7 +30,7 @@ from gputui.collect.sampler import Sampler
 from gputui.collect.signals import Target
 from gputui.collect.source import SourceUnavailable
 from gputui.model import ProcessRow, Snapshot
-from gputui.ui import partial_updates
+from gputui.ui import hangup, partial_updates
 from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
 from gputui.ui.key_bar import KeyBar
@@ -199,6 +199,8 @@ class GpuTuiApp(App[int]):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        if not self.is_headless and (fd := hangup.terminal_fd()) is not None:
+            hangup.watch(fd, self.sampler.close)  # a terminal that goes away without a SIGHUP
         self._sample_loop()
 
     def _on_signal(self, sig: int) -> None:
@@ -206,16 +208,7 @@ class GpuTuiApp(App[int]):
         key, not a signal, while the app runs): leave now, never spin on a dead terminal."""
         self._stop_sampling()
         self.exit(128 + sig)
-        # If the terminal is gone, exiting may hang on a write: make sure the process still ends.
-        timer = threading.Timer(2.0, self._force_exit, (128 + sig,))
-        timer.daemon = True
-        timer.start()
-
-    def _force_exit(self, code: int) -> None:
-        try:
-            self.sampler.close()
-        finally:
-            os._exit(code)
+        hangup.exit_after(2.0, 128 + sig, self.sampler.close)  # exiting may hang on a dead terminal
 
     def _apply_palette(self) -> None:
         palette = Palette.from_theme(self.current_theme)

@@ -8,7 +8,6 @@ banner and is retried sooner (2, 4, 8 s ... up to the interval).
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import threading
 import time
@@ -20,7 +19,7 @@ from textual.message import Message
 from textual.worker import get_current_worker
 
 from gputui.export.fleet import SORTS, FleetHost, FleetReader, FleetView, sort_hosts
-from gputui.ui import partial_updates
+from gputui.ui import hangup, partial_updates
 from gputui.ui.canvas import CellCanvas, Line
 from gputui.ui.fleet_host import HostScreen, window_label
 from gputui.ui.fleet_table import FleetTable
@@ -153,6 +152,8 @@ class FleetApp(App[int]):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        if not self.is_headless and (fd := hangup.terminal_fd()) is not None:
+            hangup.watch(fd)  # a terminal that goes away without a SIGHUP
         self.set_interval(1.0, self.banner.redraw)  # the "retry in N s" countdown
         self._refresh_loop()
 
@@ -160,9 +161,7 @@ class FleetApp(App[int]):
         self._stop.set()
         self._wake.set()
         self.exit(128 + sig)
-        timer = threading.Timer(2.0, os._exit, (128 + sig,))  # a dead terminal must not hang us
-        timer.daemon = True
-        timer.start()
+        hangup.exit_after(2.0, 128 + sig)  # a dead terminal must not hang us
 
     def _apply_palette(self) -> None:
         palette = Palette.from_theme(self.current_theme)

@@ -176,7 +176,8 @@ def _take_terminal() -> None:
 class PtyGputui:
     """gputui on a pty of `cols` x `rows`; a thread keeps reading the master so gputui never blocks."""
 
-    def __init__(self, args: list[str], cols: int = 120, rows: int = 40) -> None:
+    def __init__(self, args: list[str], cols: int = 120, rows: int = 40, ctty: bool = True) -> None:
+        """`ctty`: the pty is its controlling terminal (a hang-up sends it SIGHUP), as in a login."""
         self.master, slave = os.openpty()
         self._out = bytearray()
         self._lock = threading.Lock()
@@ -187,7 +188,7 @@ class PtyGputui:
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
             self.proc = subprocess.Popen(_gputui_cmd(*args), stdin=slave, stdout=slave, stderr=slave,
                                          cwd=ROOT, env=_env(), start_new_session=True,
-                                         preexec_fn=_take_terminal)
+                                         preexec_fn=_take_terminal if ctty else None)
         except BaseException:
             os.close(self.master)
             raise
@@ -242,9 +243,9 @@ class PtyGputui:
 
 
 @contextlib.contextmanager
-def _demo_in_pty(args: list[str], gpus: int) -> Iterator[tuple[PtyGputui, DemoProcs]]:
+def _demo_in_pty(args: list[str], gpus: int, ctty: bool = True) -> Iterator[tuple[PtyGputui, DemoProcs]]:
     """gputui --demo on a pty, drawn (its output shows a GPU name) and with every demo process up."""
-    run = PtyGputui(["--demo-gpus", str(gpus), *args])
+    run = PtyGputui(["--demo-gpus", str(gpus), *args], ctty=ctty)
     demo = DemoProcs()
     try:
         assert run.proc is not None
@@ -294,6 +295,27 @@ def test_sighup_after_the_terminal_went_away_exits_without_spinning() -> None:
         spent = _cpu_seconds(gputui) - before
         assert exited, f"gputui still running 3.5 s after its terminal went away (CPU {spent:.2f} s)"
         assert spent <= 0.5, f"gputui spun on the dead terminal: {spent:.2f} s CPU in {took:.2f} s"
+        run.proc.wait(timeout=5)
+        assert run.proc.returncode == 128 + signal.SIGHUP
+        demo.assert_all_gone()
+
+
+def test_a_terminal_gone_without_a_sighup_ends_gputui_within_3_s() -> None:
+    """No controlling terminal (a supervisor, setsid): closing the pty sends no signal. gputui must see
+    the hang-up itself, not spin on the dead input nor block on its output while snapshots pile up."""
+    with _demo_in_pty(["--interval", "0.2"], gpus=2, ctty=False) as (run, demo):
+        assert run.proc is not None and demo.gputui is not None
+        gputui = demo.gputui
+        before = _cpu_seconds(gputui)
+        run.hang_up()  # and no signal at all
+        start = time.monotonic()
+        exited = _wait_until(lambda: os.waitid(os.P_PID, gputui.pid,
+                                               os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None, 3.5,
+                             step=0.02)
+        took = time.monotonic() - start
+        spent = _cpu_seconds(gputui) - before
+        assert exited, f"gputui still running 3.5 s after its terminal went away (CPU {spent:.2f} s)"
+        assert spent <= 1.0, f"gputui spun on the dead terminal: {spent:.2f} s CPU in {took:.2f} s"
         run.proc.wait(timeout=5)
         assert run.proc.returncode == 128 + signal.SIGHUP
         demo.assert_all_gone()

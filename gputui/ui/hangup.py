@@ -1,0 +1,62 @@
+"""Leaving when the terminal goes away, with or without a SIGHUP.
+
+When an SSH connection drops, the kernel sends SIGHUP to the terminal's foreground job and the apps
+exit on it. A terminal can also vanish with no signal at all: a process without a controlling terminal
+(started by a supervisor, by `setsid`, by a test harness) whose pty is closed. Textual then spins on its
+dead input (select() is always ready) and its output thread dies, so the event loop blocks on a full
+write queue while the sampler's snapshots pile up: an orphaned `gputui` measured 100 % of a core and
+500 MiB after an hour. A thread blocked in poll() on the terminal, asking for no events, costs nothing
+and wakes only on the hang-up; it then sends the SIGHUP that never came.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+_GONE = select.POLLHUP | select.POLLERR | select.POLLNVAL
+
+
+def exit_after(seconds: float, code: int, cleanup: Callable[[], None] | None = None) -> None:
+    """End the process in `seconds` should it still run: a clean exit can block on a dead terminal."""
+
+    def end() -> None:
+        try:
+            if cleanup is not None:
+                cleanup()
+        finally:
+            os._exit(code)
+
+    timer = threading.Timer(seconds, end)
+    timer.daemon = True
+    timer.start()
+
+
+def terminal_fd() -> int | None:
+    """The terminal the app reads keys from (Textual reads stdin), or None when stdin is not one."""
+    try:
+        fd = sys.__stdin__.fileno() if sys.__stdin__ is not None else -1
+    except (AttributeError, ValueError, OSError):
+        return None
+    return fd if fd >= 0 and os.isatty(fd) else None
+
+
+def watch(fd: int, cleanup: Callable[[], None] | None = None) -> threading.Thread:
+    """From now on, a hang-up of terminal `fd` is a SIGHUP to this process, and the process ends at
+    most 2 s later (after `cleanup`) if the app's own SIGHUP handler cannot finish."""
+
+    def wait() -> None:
+        poller = select.poll()
+        poller.register(fd, 0)  # no events asked for: poll() returns on a hang-up or an error only
+        while not any(events & _GONE for _, events in poller.poll()):
+            pass
+        exit_after(2.0, 128 + signal.SIGHUP, cleanup)
+        os.kill(os.getpid(), signal.SIGHUP)
+
+    thread = threading.Thread(target=wait, name="gputui-hangup", daemon=True)
+    thread.start()
+    return thread
