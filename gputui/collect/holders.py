@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gputui.collect import procfs
+
 _DEVICE = re.compile(r"^nvidia(\d+|ctl|-uvm)$")
 
 
@@ -128,15 +130,22 @@ class HolderScanner:
 
     def _recheck(self, pid: int) -> None:
         """A known holder: do its device descriptors still point at devices? (No full listing.)"""
-        _, fds = self._holders.pop(pid)
-        self._record(pid, f"{self.proc}/{pid}/fd", fds)
+        holder, fds = self._holders.pop(pid)
+        prefix, readlink = f"{self.proc}/{pid}/fd/", os.readlink
+        try:
+            same = {readlink(prefix + fd) for fd in fds} == set(holder.devices)
+        except OSError:
+            same = False
+        if same:  # the common case, every tick: keep the Holder as it was
+            self._holders[pid] = (holder, fds)
+            return
+        self._record(pid, prefix[:-1], fds)
         if pid not in self._holders and self._is_zombie(pid):  # it exited: defunct until reaped
             self._zombies.add(pid)
 
     def _is_zombie(self, pid: int) -> bool:
         try:
-            with open(f"{self.proc}/{pid}/stat", "rb") as f:
-                stat = f.read()
+            stat = procfs.read(f"{self.proc}/{pid}/stat")
         except OSError:
             return False
         return stat[stat.rfind(b")") + 2:][:1] == b"Z"  # the state follows the command in parentheses

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import psutil
 
+from gputui.collect import procfs
 from gputui.collect.classify import Facts, classify
 from gputui.collect.holders import HolderScan
 from gputui.model import GpuProcess, HostProcess, ProcessDetail, ProcessRow
@@ -82,8 +83,7 @@ _UNREADABLE = "unreadable"  # /proc/PID/stat exists but is not ours to read (/pr
 def _read_stat(pid: int) -> _Stat | str | None:
     """Its stat fields; _UNREADABLE when permission is denied; None when it is gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
+        data = procfs.read(f"/proc/{pid}/stat")
     except PermissionError:
         return _UNREADABLE
     except OSError:

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.style import Style
 from textual import on, work
@@ -190,15 +190,20 @@ class GpuTuiApp(App[int]):
         yield self.filter_box
         yield KeyBar()
 
+    async def run_async(self, **kwargs: Any) -> int | None:
+        # The signals are the event loop's from its first moment: until on_mount, cli.py's handler
+        # would raise SystemExit inside one of Textual's tasks, which prints a traceback.
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        return await super().run_async(**kwargs)
+
     def on_mount(self) -> None:
         self._apply_palette()
         self.theme_changed_signal.subscribe(self, lambda _theme: self._apply_palette())
         self.panes.interval = self.interval
         self.header.interval = self.interval
         self.table.focus()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
         if not self.is_headless and (fd := hangup.terminal_fd()) is not None:
             hangup.watch(fd, self.sampler.close)  # a terminal that goes away without a SIGHUP
         self._sample_loop()

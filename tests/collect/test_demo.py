@@ -318,6 +318,26 @@ def test_gputui_demo_leaves_nothing_behind(signum: int, returncodes: set[int], c
     assert _wait_until(lambda: not tree.devices_dir.exists(), 3.0), tree.devices_dir
 
 
+@pytest.mark.parametrize("delay", [0.05, 0.2, 0.35, 0.45, 0.55, 0.6, 0.65, 0.8, 1.0])
+def test_a_sigterm_while_gputui_starts_is_a_clean_exit(delay: float, cleanup: list[object]) -> None:
+    """Wherever start-up is when the signal comes (imports, the demo's children starting, Textual
+    starting, the first frame), gputui ends without a traceback and leaves no child behind."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gputui", "--demo", "--demo-gpus", "2", "--interval", "0.2"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cleanup.append(proc)
+    time.sleep(delay)
+    children: list[psutil.Process] = []
+    with contextlib.suppress(psutil.NoSuchProcess):
+        children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=10)
+    # Killed outright only before Python has run a line of gputui (nothing was started yet).
+    assert proc.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), stderr.decode(errors="replace")
+    assert b"Traceback" not in stderr, stderr.decode(errors="replace")[-3000:]
+    _assert_all_gone(children)
+
+
 # -- the simulation ----------------------------------------------------------------------------------
 
 

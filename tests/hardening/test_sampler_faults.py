@@ -766,7 +766,15 @@ def _deny_every_proc_read(m: pytest.MonkeyPatch) -> None:
             raise PermissionError(13, "Permission denied", os.fsdecode(file))
         return real_open(file, *args, **kwargs)
 
+    real_os_open = os.open
+
+    def no_os_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        if _PID_FILE.match(os.fsdecode(path)):
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))
+        return real_os_open(path, *args, **kwargs)
+
     m.setattr(builtins, "open", no_open)
+    m.setattr(os, "open", no_os_open)  # gputui.collect.procfs reads /proc/PID/stat with os.open
 
 
 def test_every_proc_read_denied_still_ticks(world: World, children: Children,
