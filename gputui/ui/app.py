@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
@@ -191,11 +189,7 @@ class GpuTuiApp(App[int]):
         yield KeyBar()
 
     async def run_async(self, **kwargs: Any) -> int | None:
-        # The signals are the event loop's from its first moment: until on_mount, cli.py's handler
-        # would raise SystemExit inside one of Textual's tasks, which prints a traceback.
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
+        hangup.guard(self._on_signal, self.sampler.close, terminal=not kwargs.get("headless"))
         return await super().run_async(**kwargs)
 
     def on_mount(self) -> None:
@@ -204,8 +198,6 @@ class GpuTuiApp(App[int]):
         self.panes.interval = self.interval
         self.header.interval = self.interval
         self.table.focus()
-        if not self.is_headless and (fd := hangup.terminal_fd()) is not None:
-            hangup.watch(fd, self.sampler.close)  # a terminal that goes away without a SIGHUP
         self._sample_loop()
 
     def _on_signal(self, sig: int) -> None:

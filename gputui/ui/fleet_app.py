@@ -7,8 +7,6 @@ banner and is retried sooner (2, 4, 8 s ... up to the interval).
 
 from __future__ import annotations
 
-import asyncio
-import signal
 import threading
 import time
 from typing import Any
@@ -147,19 +145,13 @@ class FleetApp(App[int]):
         yield KeyBar()
 
     async def run_async(self, **kwargs: Any) -> int | None:
-        # The signals are the event loop's from its first moment: until on_mount, cli.py's handler
-        # would raise SystemExit inside one of Textual's tasks, which prints a traceback.
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
+        hangup.guard(self._on_signal, terminal=not kwargs.get("headless"))
         return await super().run_async(**kwargs)
 
     def on_mount(self) -> None:
         self._apply_palette()
         self.theme_changed_signal.subscribe(self, lambda _theme: self._apply_palette())
         self.table.focus()
-        if not self.is_headless and (fd := hangup.terminal_fd()) is not None:
-            hangup.watch(fd)  # a terminal that goes away without a SIGHUP
         self.set_interval(1.0, self.banner.redraw)  # the "retry in N s" countdown
         self._refresh_loop()
 

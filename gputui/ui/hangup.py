@@ -1,4 +1,4 @@
-"""Leaving when the terminal goes away, with or without a SIGHUP.
+"""Leaving on a signal, and when the terminal goes away with or without a SIGHUP.
 
 When an SSH connection drops, the kernel sends SIGHUP to the terminal's foreground job and the apps
 exit on it. A terminal can also vanish with no signal at all: a process without a controlling terminal
@@ -11,6 +11,7 @@ and wakes only on the hang-up; it then sends the SIGHUP that never came.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import signal
@@ -60,3 +61,15 @@ def watch(fd: int, cleanup: Callable[[], None] | None = None) -> threading.Threa
     thread = threading.Thread(target=wait, name="gputui-hangup", daemon=True)
     thread.start()
     return thread
+
+
+def guard(on_signal: Callable[[int], None], cleanup: Callable[[], None] | None = None,
+          terminal: bool = True) -> None:
+    """Call first thing on an app's event loop: SIGHUP, SIGTERM and SIGINT go to `on_signal` from the
+    loop's first moment (before, cli.py's handler would raise SystemExit inside one of Textual's tasks,
+    which prints a traceback), and, if `terminal`, a hang-up of the terminal becomes a SIGHUP."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    if terminal and (fd := terminal_fd()) is not None:
+        watch(fd, cleanup)

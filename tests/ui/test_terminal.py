@@ -279,46 +279,39 @@ def test_sighup_on_a_live_terminal_exits_within_2_s() -> None:
         demo.assert_all_gone()
 
 
+def _assert_ends_quietly(run: PtyGputui, demo: DemoProcs, cpu_limit: float) -> None:
+    """gputui exits within 3.5 s of losing its terminal, without spinning, and leaves nothing behind."""
+    assert run.proc is not None and demo.gputui is not None
+    gputui = demo.gputui
+    before = _cpu_seconds(gputui)
+    start = time.monotonic()
+    # Watch it exit without reaping it, so its final CPU time can still be read.
+    exited = _wait_until(lambda: os.waitid(os.P_PID, gputui.pid,
+                                           os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None, 3.5,
+                         step=0.02)
+    took = time.monotonic() - start
+    spent = _cpu_seconds(gputui) - before
+    assert exited, f"gputui still running 3.5 s after its terminal went away (CPU {spent:.2f} s)"
+    assert spent <= cpu_limit, f"gputui spun on the dead terminal: {spent:.2f} s CPU in {took:.2f} s"
+    run.proc.wait(timeout=5)
+    assert run.proc.returncode == 128 + signal.SIGHUP
+    demo.assert_all_gone()
+
+
 def test_sighup_after_the_terminal_went_away_exits_without_spinning() -> None:
     with _demo_in_pty(["--interval", "0.2"], gpus=2) as (run, demo):
-        assert run.proc is not None and demo.gputui is not None
-        gputui = demo.gputui
-        before = _cpu_seconds(gputui)
+        assert run.proc is not None
         run.hang_up()  # the kernel hangs up the terminal: its session leader, gputui, gets SIGHUP too
         run.proc.send_signal(signal.SIGHUP)
-        # Watch it exit without reaping it, so its final CPU time can still be read.
-        start = time.monotonic()
-        exited = _wait_until(lambda: os.waitid(os.P_PID, gputui.pid,
-                                               os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None, 3.5,
-                             step=0.02)
-        took = time.monotonic() - start
-        spent = _cpu_seconds(gputui) - before
-        assert exited, f"gputui still running 3.5 s after its terminal went away (CPU {spent:.2f} s)"
-        assert spent <= 0.5, f"gputui spun on the dead terminal: {spent:.2f} s CPU in {took:.2f} s"
-        run.proc.wait(timeout=5)
-        assert run.proc.returncode == 128 + signal.SIGHUP
-        demo.assert_all_gone()
+        _assert_ends_quietly(run, demo, cpu_limit=0.5)
 
 
 def test_a_terminal_gone_without_a_sighup_ends_gputui_within_3_s() -> None:
     """No controlling terminal (a supervisor, setsid): closing the pty sends no signal. gputui must see
     the hang-up itself, not spin on the dead input nor block on its output while snapshots pile up."""
     with _demo_in_pty(["--interval", "0.2"], gpus=2, ctty=False) as (run, demo):
-        assert run.proc is not None and demo.gputui is not None
-        gputui = demo.gputui
-        before = _cpu_seconds(gputui)
         run.hang_up()  # and no signal at all
-        start = time.monotonic()
-        exited = _wait_until(lambda: os.waitid(os.P_PID, gputui.pid,
-                                               os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None, 3.5,
-                             step=0.02)
-        took = time.monotonic() - start
-        spent = _cpu_seconds(gputui) - before
-        assert exited, f"gputui still running 3.5 s after its terminal went away (CPU {spent:.2f} s)"
-        assert spent <= 1.0, f"gputui spun on the dead terminal: {spent:.2f} s CPU in {took:.2f} s"
-        run.proc.wait(timeout=5)
-        assert run.proc.returncode == 128 + signal.SIGHUP
-        demo.assert_all_gone()
+        _assert_ends_quietly(run, demo, cpu_limit=1.0)
 
 
 @pytest.mark.parametrize(("args", "mouse"), [([], True), (["--no-mouse"], False)],
