@@ -95,8 +95,7 @@ class ProcessTable(CursorTable):
             how = (layout, i == self.cursor, row.key in self.tagged, focused, self.cursor_style,
                    self.tag_style)
             last = self._built.get(id(row))
-            reuse = last is not None and last[0] is row and last[1] == how
-            line = last[2] if last is not None and reuse else self._line(row, *how)
+            line = last[2] if last and last[0] is row and last[1] == how else self._line(row, *how)
             built[id(row)] = (row, how, line)
             lines.append(line)
         self._built = built
