@@ -6,6 +6,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from gputui.units import printable
+
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 EXIT_OK, EXIT_PROBLEM, EXIT_CANNOT_RUN = 0, 1, 2
 
@@ -16,6 +18,12 @@ class Check:
     status: str  # ok, warning, problem
     found: str  # what was found, one line
     fix: str = ""  # the concrete thing to do (empty when nothing is wrong)
+
+    def __post_init__(self) -> None:
+        # One gate for the text report, the JSON and the D screen: what is found often quotes another
+        # user's strings (a process's environment, its parent's name, what its Python printed).
+        object.__setattr__(self, "found", printable(self.found))
+        object.__setattr__(self, "fix", printable(self.fix))
 
 
 def ok(area: str, found: str) -> Check:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from dataclasses import dataclass
 
 # Run by the user's Python. Prints one JSON line; everything it touches is optional.
@@ -53,9 +54,16 @@ class TorchFacts:
 
 
 def probe(python: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT_S) -> TorchFacts:
+    """`python -c` puts its current directory first on sys.path: run as root in a directory another user
+    can write, a json.py there would run as root. So the probe runs in a fresh empty directory only we
+    can write. Nothing else changes: PYTHONPATH and the user site stay (some find torch that way), and
+    any Python version works (-P is 3.11+; -I would drop PYTHONPATH too)."""
+    command = os.path.abspath(python) if os.sep in python else python  # ./venv/bin/python from here
     try:
-        done = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=timeout,
-                              env=env if env is not None else dict(os.environ), stdin=subprocess.DEVNULL)
+        with tempfile.TemporaryDirectory(prefix="gputui-probe-") as empty:
+            done = subprocess.run([command, "-c", PROBE], capture_output=True, text=True, timeout=timeout,
+                                  env=env if env is not None else dict(os.environ), stdin=subprocess.DEVNULL,
+                                  cwd=empty)
     except OSError as err:
         return TorchFacts(python, error=f"cannot run {python}: {err.strerror or err}")
     except subprocess.TimeoutExpired:
