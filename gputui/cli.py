@@ -421,7 +421,14 @@ def _tui(args: argparse.Namespace) -> int:
                         devices_dir=args.devices_dir, readonly=args.readonly)
         code = app.run(mouse=not args.no_mouse)
     finally:
-        sampler.close()
+        from gputui.ui import hangup
+
+        # The terminal is already given back, but the sampler's thread may be stuck in the source, and
+        # closing NVML may wait behind that very call. (The demo's children end at once either way.)
+        close_within_s = 2.0
+        if not hangup.finish_within(close_within_s, sampler.close):
+            print(f"gputui: the GPU source did not close within {close_within_s:g} s; leaving it behind",
+                  file=sys.stderr)
     if app.error:
         print(f"gputui: {app.error}", file=sys.stderr)
     return code if code is not None else 0

@@ -188,9 +188,18 @@ class GpuTuiApp(App[int]):
         yield self.filter_box
         yield KeyBar()
 
-    async def run_async(self, **kwargs: Any) -> int | None:
+    async def run_async(self, **kwargs: Any) -> int:
         hangup.guard(self._on_signal, self.sampler.close, terminal=not kwargs.get("headless"))
-        return await super().run_async(**kwargs)
+        await super().run_async(**kwargs)
+        return self.exit_status
+
+    @property
+    def exit_status(self) -> int:
+        """The process's exit status. After a crash Textual sets return_code 1 and leaves the return
+        value None, which the command line turned into 0: a crash looked like a clean quit."""
+        if self.return_code:
+            return self.return_code
+        return self.return_value or 0
 
     def on_mount(self) -> None:
         self._apply_palette()

@@ -18,6 +18,10 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _GONE = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
@@ -35,6 +39,28 @@ def exit_after(seconds: float, code: int, cleanup: Callable[[], None] | None = N
     timer = threading.Timer(seconds, end)
     timer.daemon = True
     timer.start()
+
+
+def finish_within(seconds: float, fn: Callable[[], None]) -> bool:
+    """Call `fn` on a daemon thread; whether it returned within `seconds` (if not, it is left behind and
+    ends with the process). Closing NVML may wait for the very call that is stuck. An exception of `fn`
+    is raised here."""
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as err:
+            errors.append(err)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="gputui-close", daemon=True).start()
+    finished = done.wait(seconds)
+    if errors:
+        raise errors[0]
+    return finished
 
 
 def terminal_fd() -> int | None:
@@ -63,12 +89,41 @@ def watch(fd: int, cleanup: Callable[[], None] | None = None) -> threading.Threa
     return thread
 
 
+class DaemonThreads(ThreadPoolExecutor):
+    """The event loop's default executor, which runs Textual's thread workers: every call on a daemon
+    thread of its own, and shutdown() never waits. asyncio.run() joins the default executor's threads
+    when the app ends, and Python joins every ThreadPoolExecutor thread at exit: a sample stuck in a hung
+    NVML call kept gputui running for 80 s after `q`, one stuck on an agent that never finished its
+    answer, forever. What such a thread was doing is of no use once the app is gone."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as err:  # handed to whoever waits on the future, as the pool does
+                future.set_exception(err)
+            else:
+                future.set_result(result)
+
+        threading.Thread(target=run, name="gputui-worker", daemon=True).start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass  # never wait for a thread that may never come back
+
+
 def guard(on_signal: Callable[[int], None], cleanup: Callable[[], None] | None = None,
           terminal: bool = True) -> None:
     """Call first thing on an app's event loop: SIGHUP, SIGTERM and SIGINT go to `on_signal` from the
     loop's first moment (before, cli.py's handler would raise SystemExit inside one of Textual's tasks,
-    which prints a traceback), and, if `terminal`, a hang-up of the terminal becomes a SIGHUP."""
+    which prints a traceback), and, if `terminal`, a hang-up of the terminal becomes a SIGHUP. Thread
+    workers run on daemon threads that the exit never waits for (see DaemonThreads)."""
     loop = asyncio.get_running_loop()
+    loop.set_default_executor(DaemonThreads())
     for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     if terminal and (fd := terminal_fd()) is not None:
