@@ -236,26 +236,26 @@ def export_command(argv: list[str]) -> int:
         return 2
     from gputui.collect.sampler import Sampler
 
-    with Sampler(make_source(args, start_at=120.0), devices_dir=args.devices_dir) as sampler:
-        if args.hostname:
-            sampler.hostname = args.hostname
-        exporter = ex.Exporter(sampler)
-        exporter.tick()  # the first scrape already has data
-        try:
-            server, port = ex.serve(exporter, args.port, args.bind)
-        except OSError as err:
-            print(f"gputui export: cannot listen on {args.bind}:{args.port}: {err.strerror or err}",
-                  file=sys.stderr)
-            return 2
-        try:
-            ex.announce(port, args.bind, exporter, args.interval)
-            ex.run(exporter, args.interval)
-        except SystemExit as stop:  # SIGTERM / SIGINT: how a service is stopped, so a clean exit
-            if stop.code not in (128 + signal.SIGTERM, 128 + signal.SIGINT):
-                raise
-        finally:
-            server.shutdown()
-            server.server_close()
+    try:  # SIGTERM / SIGINT (SystemExit) is how a service is stopped, whenever it comes: a clean exit
+        with Sampler(make_source(args, start_at=120.0), devices_dir=args.devices_dir) as sampler:
+            if args.hostname:
+                sampler.hostname = args.hostname
+            exporter = ex.Exporter(sampler)
+            exporter.tick()  # the first scrape already has data
+            try:
+                server, port = ex.serve(exporter, args.port, args.bind)
+            except OSError as err:
+                print(f"gputui export: cannot listen on {args.bind}:{args.port}: {err.strerror or err}",
+                      file=sys.stderr)
+                return 2
+            try:
+                ex.announce(port, args.bind, exporter, args.interval)
+                ex.run(exporter, args.interval)
+            finally:
+                server.close()  # within a fraction of a second, whatever its clients are doing
+    except SystemExit as stop:
+        if stop.code not in (128 + signal.SIGTERM, 128 + signal.SIGINT):
+            raise
     return 0
 
 

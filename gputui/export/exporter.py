@@ -2,26 +2,49 @@
 
 Sampling runs on its own schedule (every --interval seconds, 1 s by default) rather than per scrape, so
 dips of a few seconds are seen whatever the scrape interval, and two Prometheus servers scraping the
-same exporter cost nothing extra.
+same exporter cost nothing extra. A scrape only reads the latest sample: it never calls the sampler,
+and the sample clock never waits on a scrape.
+
+The HTTP server is our own, small on purpose: prometheus-client's start_http_server runs a thread per
+connection with no timeout, so a thousand idle connections tied up a thousand threads, and a scrape
+with them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import http
+import queue
+import re
+import selectors
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass, field
 
-from prometheus_client import ProcessCollector, start_http_server
+from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from gputui import __version__
 from gputui.collect.dips import DipDetector
 from gputui.collect.sampler import Sampler
-from gputui.export.metrics import DipCounters, families
+from gputui.export.metrics import DipCounters, families, printable_labels
 from gputui.model import Snapshot
+from gputui.units import printable
+
+REQUEST_TIMEOUT_S = 5.0  # a scraper sends its request at once; a client that dribbles it is cut off
+SEND_TIMEOUT_S = 5.0  # and one that does not read its answer
+MAX_HEAD_BYTES = 8192  # request line and headers
+MAX_WAITING = 512  # connections open, their request not yet complete; beyond it the oldest is closed
+WORKERS = 2  # scrapes answered at once
+QUEUE = 8  # complete requests waiting for a worker; beyond it a request gets 503
+_NOT_PRINTABLE_ASCII = re.compile(rb"[^\t\x20-\x7e]")
+_OUT_OF_DESCRIPTORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
 class Exporter:
@@ -57,10 +80,16 @@ class Exporter:
             self.sample_seconds = time.perf_counter() - started
         return snap
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> list[Metric]:
+        """What a scrape serves, built on the scrape's thread from a copy of the latest state: the lock is
+        held only for that copy, and the sampler is never called."""
         with self._lock:
             snap, failures, took = self.latest, self.failures, self.sample_seconds
             dips = DipCounters(dict(self.dips.count), dict(self.dips.seconds), set(self.dips.ongoing))
+        return list(printable_labels(self._metrics(snap, failures, took, dips)))
+
+    def _metrics(self, snap: Snapshot | None, failures: int, took: float, dips: DipCounters
+                 ) -> Iterator[Metric]:
         info = InfoMetricFamily("gputui_exporter", "The gputui exporter and what it reads.")
         info.add_metric([], {"version": __version__, "source": self.sampler.source.name,
                              "Hostname": self.sampler.hostname})
@@ -80,13 +109,247 @@ class Exporter:
         yield from families(snap, dips)
 
 
-def serve(exporter: Exporter, port: int, bind: str) -> tuple[Any, int]:
-    """Start the HTTP server on its own thread; returns it and the port it listens on."""
+def serve(exporter: Exporter, port: int, bind: str) -> tuple[MetricsServer, int]:
+    """Start the HTTP server on its own threads; returns it and the port it listens on."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(exporter)  # type: ignore[arg-type]  # a duck-typed collector
     ProcessCollector(registry=registry)  # the exporter's own CPU and memory
-    server, _thread = start_http_server(port, addr=bind, registry=registry)
-    return server, server.server_port
+    server = MetricsServer(registry, port, bind)
+    return server, server.port
+
+
+# -- the HTTP server -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Waiting:
+    """A connection whose request head has not all arrived yet."""
+
+    deadline: float
+    head: bytearray = field(default_factory=bytearray)
+
+
+class MetricsServer:
+    """GET /metrics, safe against clients that tie connections up.
+
+    One thread waits on every connection with a selector until its request head is complete: an idle
+    connection costs a file descriptor, no thread and no CPU, and is closed REQUEST_TIMEOUT_S after it
+    was accepted however it dribbles. Complete requests go to a fixed pool of WORKERS threads through a
+    bounded queue; they render the registry and answer, one request per connection.
+    """
+
+    def __init__(self, registry: CollectorRegistry, port: int, bind: str,
+                 request_timeout: float = REQUEST_TIMEOUT_S) -> None:
+        self.registry = registry
+        self.request_timeout = request_timeout
+        self._listener = _listen(bind, port)
+        self.port: int = self._listener.getsockname()[1]
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._selector = selectors.DefaultSelector()
+        for sock, role in ((self._listener, "accept"), (self._wake_r, "wake")):
+            sock.setblocking(False)
+            self._selector.register(sock, selectors.EVENT_READ, role)
+        self._waiting: dict[socket.socket, _Waiting] = {}  # in order of arrival, so of deadline
+        self._requests: queue.Queue[tuple[socket.socket, bytes] | None] = queue.Queue(QUEUE)
+        self._answering: set[socket.socket] = set()
+        self._answering_lock = threading.Lock()
+        self._stopping = False
+        self._io = threading.Thread(target=self._loop, name="gputui-export-io", daemon=True)
+        self._workers = [threading.Thread(target=self._work, name=f"gputui-export-{i}", daemon=True)
+                         for i in range(WORKERS)]
+        for thread in (self._io, *self._workers):
+            thread.start()
+
+    # -- waiting for requests (the I/O thread) -------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            for key, _events in self._selector.select(self._until_next_deadline()):
+                if key.data == "accept":
+                    self._accept()
+                elif key.data == "wake":
+                    with contextlib.suppress(OSError):
+                        self._wake_r.recv(64)
+                elif key.fileobj in self._waiting:  # not closed earlier in this same round
+                    self._read(key.fileobj, key.data)  # type: ignore[arg-type]
+            self._expire(time.monotonic())
+
+    def _until_next_deadline(self) -> float | None:
+        if not self._waiting:
+            return None
+        first = next(iter(self._waiting.values()))
+        return max(0.0, first.deadline - time.monotonic())
+
+    def _accept(self) -> None:
+        for _ in range(64):  # a burst at a time: reads and timeouts get their turn too
+            try:
+                conn, _addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:
+                if err.errno not in _OUT_OF_DESCRIPTORS:
+                    continue  # that one connection failed (reset before we took it)
+                if not self._waiting:  # nothing of ours to close: pause rather than spin on it
+                    time.sleep(0.05)
+                    return
+                self._drop(next(iter(self._waiting)))  # make room: the oldest has waited longest
+                continue
+            if len(self._waiting) >= MAX_WAITING:
+                self._drop(next(iter(self._waiting)))
+            conn.setblocking(False)
+            waiting = _Waiting(time.monotonic() + self.request_timeout)
+            self._waiting[conn] = waiting
+            self._selector.register(conn, selectors.EVENT_READ, waiting)
+
+    def _read(self, conn: socket.socket, waiting: _Waiting) -> None:
+        try:
+            chunk = conn.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(conn)
+            return
+        waiting.head += chunk
+        end = waiting.head.find(b"\r\n\r\n")
+        if end < 0 and len(waiting.head) <= MAX_HEAD_BYTES:
+            return
+        self._forget(conn)
+        if end < 0 or end > MAX_HEAD_BYTES:
+            _refuse(conn, 431)
+            return
+        try:
+            self._requests.put_nowait((conn, bytes(waiting.head[:end])))
+        except queue.Full:
+            _refuse(conn, 503)
+
+    def _expire(self, now: float) -> None:
+        while self._waiting:
+            conn, waiting = next(iter(self._waiting.items()))
+            if waiting.deadline > now:
+                return
+            self._drop(conn)
+
+    def _forget(self, conn: socket.socket) -> None:
+        self._waiting.pop(conn, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(conn)
+
+    def _drop(self, conn: socket.socket) -> None:
+        self._forget(conn)
+        conn.close()
+
+    # -- answering (the workers) ---------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while (request := self._requests.get()) is not None:
+            conn, head = request
+            with self._answering_lock:
+                if self._stopping:
+                    conn.close()
+                    continue
+                self._answering.add(conn)
+            try:
+                conn.settimeout(SEND_TIMEOUT_S)  # for the whole answer: see socket.sendall
+                conn.sendall(self._answer(head))
+                conn.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # the client went away, or did not read in time
+            finally:
+                with self._answering_lock:
+                    self._answering.discard(conn)
+                conn.close()
+
+    def _answer(self, head: bytes) -> bytes:
+        request = _parse(head)
+        if request is None:
+            return _response(400, b"bad request\n")
+        method, path, headers = request
+        if path not in ("/", "/metrics"):
+            return _response(404, b"not found: metrics are at /metrics\n")
+        if method != "GET":
+            return _response(405, b"only GET\n", extra="Allow: GET\r\n")
+        if path == "/":
+            return _response(200, b"gputui exporter: metrics are at /metrics\n")
+        try:
+            body, content_type = self._render(headers.get("accept", ""))
+        except Exception as err:  # a collector failed: say so, and keep serving
+            return _response(500, f"scrape failed: {type(err).__name__}\n".encode())
+        return _response(200, body, content_type)
+
+    def _render(self, accept: str) -> tuple[bytes, str]:
+        """The exposition format the scraper asked for (OpenMetrics or Prometheus text)."""
+        try:
+            encoder, content_type = choose_encoder(accept)
+        except Exception:  # prometheus-client raises on some malformed Accept headers
+            encoder, content_type = choose_encoder("")
+        return encoder(self.registry), content_type
+
+    # -- stopping ------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop serving and close every connection, within a fraction of a second whatever clients do."""
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        self._io.join(1.0)
+        for conn in list(self._waiting):
+            self._drop(conn)
+        with contextlib.suppress(queue.Empty):
+            while (request := self._requests.get_nowait()) is not None:
+                request[0].close()
+        with self._answering_lock:  # cut short answers still being sent
+            for conn in self._answering:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+        for _ in self._workers:
+            self._requests.put(None)
+        deadline = time.monotonic() + 0.5
+        for thread in self._workers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            sock.close()
+        self._selector.close()
+
+
+def _listen(bind: str, port: int) -> socket.socket:
+    """A listening socket on `bind` (an IPv4 or IPv6 address, or a name); raises OSError."""
+    family, _type, _proto, _name, address = socket.getaddrinfo(
+        bind or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    return socket.create_server(address, family=family, backlog=socket.SOMAXCONN)
+
+
+def _parse(head: bytes) -> tuple[str, str, dict[str, str]] | None:
+    """(method, path, headers by lower-case name) of a request head, or None when it is malformed."""
+    request_line, *header_lines = head.split(b"\r\n")
+    if any(_NOT_PRINTABLE_ASCII.search(line) for line in (request_line, *header_lines)):
+        return None
+    parts = request_line.decode("ascii").split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return None
+    method, target, _version = parts
+    headers = {}
+    for line in header_lines:
+        name, colon, value = line.decode("ascii").partition(":")
+        if not colon or not name or name != name.strip():
+            return None
+        headers[name.lower()] = value.strip()
+    return method, target.partition("?")[0], headers
+
+
+def _response(status: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
+              extra: str = "") -> bytes:
+    head = (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n{extra}\r\n")
+    return head.encode("latin-1") + body
+
+
+def _refuse(conn: socket.socket, status: int) -> None:
+    """A short answer from the I/O thread, which never blocks: what does not fit in one send is lost."""
+    with contextlib.suppress(OSError):
+        conn.send(_response(status, f"{http.HTTPStatus(status).phrase.lower()}\n".encode()))
+    conn.close()
 
 
 def run(exporter: Exporter, interval: float, stop: threading.Event | None = None,
@@ -107,6 +370,6 @@ def announce(port: int, bind: str, exporter: Exporter, interval: float) -> None:
     host = "localhost" if bind in ("", "0.0.0.0", "::") else bind
     if ":" in host:
         host = f"[{host}]"
-    print(f"gputui export: http://{host}:{port}/metrics (Hostname={exporter.sampler.hostname}, "
+    print(f"gputui export: http://{host}:{port}/metrics (Hostname={printable(exporter.sampler.hostname)}, "
           f"source {exporter.sampler.source.name}, sampled every {interval:g} s)",
           file=sys.stderr, flush=True)

@@ -11,15 +11,17 @@ are simply not there any more.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
 
 from gputui.collect.classify import SUSPICIOUS
 from gputui.collect.dips import Dip
 from gputui.model import GpuSample, Snapshot
+from gputui.units import printable
 
 MIB = 1024 * 1024
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
@@ -88,6 +90,24 @@ def _short_command(command: str | None, name: str | None) -> str:
     argv0, _, rest = command.partition(" ")
     text = f"{os.path.basename(argv0)} {rest}".strip()
     return text if len(text) <= COMMAND_CHARS else text[: COMMAND_CHARS - 1] + "…"
+
+
+def printable_labels(metrics: Iterable[Metric]) -> Iterator[Metric]:
+    """Every label value made printable: the one place label text is cleaned, for every family served.
+
+    Labels carry text other users control (command lines, user names, host and GPU names). A command line
+    that is not UTF-8 reaches us holding lone surrogates (psutil decodes argv with surrogateescape), which
+    cannot be encoded and failed every scrape; ESC and BEL would reach whoever reads a scrape in a terminal.
+    """
+    for metric in metrics:
+        metric.samples = [_printable_sample(s) for s in metric.samples]
+        yield metric
+
+
+def _printable_sample(sample: Sample) -> Sample:
+    if all(isinstance(v, str) and v.isprintable() for v in sample.labels.values()):
+        return sample
+    return sample._replace(labels={k: printable(str(v)) for k, v in sample.labels.items()})
 
 
 def families(snap: Snapshot, dips: DipCounters | None = None) -> Iterator[Metric]:
