@@ -254,8 +254,8 @@ class MetricsServer:
                 conn.settimeout(SEND_TIMEOUT_S)  # for the whole answer: see socket.sendall
                 conn.sendall(self._answer(head))
                 conn.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass  # the client went away, or did not read in time
+            except Exception:  # the client went away or did not read in time; nothing may shrink the pool
+                pass
             finally:
                 with self._answering_lock:
                     self._answering.discard(conn)
