@@ -7,7 +7,8 @@ import json
 from importlib import resources
 from typing import Any
 
-from gputui.model import SCHEMA_VERSION, GpuSample, ProcessRow, Snapshot
+from gputui.collect import agent_reply
+from gputui.model import SCHEMA_VERSION, AgentReport, GpuSample, ProcessRow, Snapshot
 
 
 def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
@@ -18,8 +19,10 @@ def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
         value = getattr(snap, f.name)
         if f.name in ("gpus", "processes"):
             value = [_plain(dataclasses.asdict(item)) for item in value]
-        elif f.name in ("unaccounted_memory", "agents"):
+        elif f.name == "unaccounted_memory":
             value = {str(k): v for k, v in value.items()}
+        elif f.name == "agents":
+            value = {str(k): agent_reply.to_dict(v) for k, v in value.items()}
         elif f.name == "errors":
             value = list(value)
         out[f.name] = value
@@ -43,10 +46,20 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
             cuda_driver_version=data["cuda_driver_version"], gpus=gpus, processes=procs,
             unaccounted_memory={int(k): v for k, v in data["unaccounted_memory"].items()},
             errors=tuple(data["errors"]), unreadable_fds=data["unreadable_fds"],
-            agents={int(k): v for k, v in data.get("agents", {}).items()},
+            agents=_agents(data.get("agents", {})),
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"not a gputui snapshot: {err}") from None
+
+
+def _agents(data: dict[str, Any]) -> dict[int, AgentReport]:
+    """Recorded agent reports, through the same validation as a live agent's reply."""
+    out = {}
+    for key, value in data.items():
+        if not (key.isascii() and key.isdigit() and len(key) <= 10):
+            raise ValueError(f"not a pid: {key[:20]!r}")
+        out[int(key)] = agent_reply.parse(int(key), value)
+    return out
 
 
 def dumps(snap: Snapshot, indent: int | None = None) -> str:

@@ -7,7 +7,6 @@ driver, no permission, the process vanished, ...). Nothing here imports Textual,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -120,6 +119,76 @@ class ProcessDetail:
     error: str | None = None  # "process is gone", "create time changed", ...
 
 
+# What a gputui agent (gputui.agent, inside a training process) said, validated at the boundary by
+# gputui.collect.agent_reply: every number finite and in range, every string short and printable.
+AGENT_OK = "ok"
+AGENT_SLOW = "slow"  # no answer within this tick's deadline: the last good numbers, marked
+AGENT_UNREADABLE = "unreadable"  # it answered something that is not a valid stats reply
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorDevice:
+    """PyTorch's CUDA caching allocator on one device of the process. Bytes and counts; None: not sent."""
+
+    index: int
+    allocated: int | None = None
+    allocated_peak: int | None = None
+    reserved: int | None = None
+    reserved_peak: int | None = None
+    active: int | None = None
+    active_peak: int | None = None
+    inactive_split: int | None = None  # "non-releasable" in memory_summary()
+    inactive_split_peak: int | None = None
+    reserved_unallocated: int | None = None
+    num_alloc_retries: int | None = None
+    num_ooms: int | None = None
+    num_device_alloc: int | None = None
+    num_device_free: int | None = None
+    num_sync_all_streams: int | None = None
+    segments: int | None = None
+    largest_free_block: int | None = None
+    free_in_segments: int | None = None
+    fragmentation: float | None = None  # percent: how far the free memory is from one block
+    segment_fill: tuple[float, ...] = ()  # per segment in address order, 0..1 full
+
+
+@dataclass(frozen=True, slots=True)
+class OomEvent:
+    time: float | None
+    device: int | None
+    requested: int | None
+    allocated: int | None
+    free: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingProgress:
+    batches: int | None = None
+    steps_per_s: float | None = None
+    data_wait_share: float | None = None  # 0..1 of step time spent waiting for the DataLoader
+    window_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentReport:
+    pid: int
+    status: str = AGENT_OK  # AGENT_OK, AGENT_SLOW or AGENT_UNREADABLE
+    error: str = ""  # why it is slow or unreadable
+    time: float | None = None  # the agent's clock when it answered
+    torch: str | None = None
+    cuda: str | None = None
+    cuda_initialized: bool = False
+    allocator_backend: str | None = None
+    alloc_conf: str | None = None
+    devices: tuple[AllocatorDevice, ...] = ()
+    oom_events: tuple[OomEvent, ...] = ()
+    progress: TrainingProgress = TrainingProgress()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == AGENT_OK
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     time: float
@@ -137,8 +206,8 @@ class Snapshot:
     host_processes: tuple[HostProcess, ...] = ()
     # Processes whose /proc/PID/fd could not be read: device holders among them are not shown.
     unreadable_fds: int = 0
-    # pid -> the stats reply of the gputui agent running in that process (gputui.agent), as sent.
-    agents: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # pid -> what the gputui agent running in that process said (validated; see AgentReport).
+    agents: dict[int, AgentReport] = field(default_factory=dict)
 
     def processes_on(self, gpu: int | None) -> tuple[ProcessRow, ...]:
         return tuple(p for p in self.processes if p.gpu == gpu)

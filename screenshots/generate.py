@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from gputui.collect import agent_reply
 from gputui.collect.demo import DemoSource
 from gputui.collect.sampler import Sampler
 from gputui.export.fleet import (
@@ -28,6 +29,7 @@ from gputui.export.fleet import (
     HostDetail,
 )
 from gputui.export.promql import Prometheus
+from gputui.model import AgentReport
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.fleet_app import FleetApp
 
@@ -76,12 +78,15 @@ class _RecordedAgent:
         self.sampler = sampler
         self.reply = json.loads((OUT.parent / "tests" / "fixtures" / "agent_stats_cuda.json").read_text())
 
-    def poll(self) -> dict[int, dict[str, object]]:
+    def poll(self) -> dict[int, AgentReport]:
         trainers = getattr(self.sampler.source, "trainers", [])
-        return {trainers[0].pid: self.reply} if trainers else {}
+        if not trainers:
+            return {}
+        pid = trainers[0].pid
+        return {pid: agent_reply.parse(pid, {**self.reply, "pid": pid})}
 
     def act(self, pid: int, op: str, **params: object) -> dict[str, object]:
-        return {"ok": False, "error": "a recorded agent takes no actions"}
+        return {"ok": False, "message": "a recorded agent takes no actions"}
 
 
 class _FleetOnRecord(FleetReader):

@@ -21,7 +21,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from gputui.jsonout import schema, snapshot_to_dict
-from gputui.model import GpuSample, Snapshot
+from gputui.model import AgentReport, GpuSample, Snapshot, TrainingProgress
 from gputui.record import CSV_COLUMNS, KEEP_ROTATED, NA, Recorder, csv_rows, read_recording
 from tests.ui import world
 
@@ -298,7 +298,8 @@ def without_hosts(s: Snapshot) -> Snapshot:
 def world_snaps(n: int = 8) -> list[Snapshot]:
     snaps = world.snapshots(gpus=4, seconds=max(n, 3) - 1, unaccounted=True)
     # Something of every kind of field: an agent's reply, an error, a lost GPU, a GPU reporting nothing.
-    agents = {world.trainer_pid(0): {"progress": {"data_wait_share": 0.4}}}
+    pid = world.trainer_pid(0)
+    agents = {pid: AgentReport(pid, progress=TrainingProgress(steps_per_s=2.5, data_wait_share=0.4))}
     snaps[1] = dataclasses.replace(snaps[1], agents=agents, errors=("nvmlDeviceGetFanSpeed: Not Supported",),
                                    unreadable_fds=3)
     gpus = list(snaps[2].gpus)
@@ -324,7 +325,8 @@ def test_recorder_round_trip_reproduces_every_snapshot(tmp_path: Path) -> None:
         assert snapshot_to_dict(a)["gpus"] == [
             dataclasses.asdict(g) | {"throttle_reasons": None if g.throttle_reasons is None
                                      else list(g.throttle_reasons)} for g in b.gpus]
-    assert back[1].agents == {world.trainer_pid(0): {"progress": {"data_wait_share": 0.4}}}
+    assert back[1].agents == snaps[1].agents
+    assert back[1].agents[world.trainer_pid(0)].progress.steps_per_s == 2.5
     assert back[2].gpus[1].lost and back[2].gpus[2] == GpuSample(index=2)
     assert_valid(json_lines(path))
 

@@ -14,6 +14,7 @@ import os
 import select
 import socket
 import struct
+import sys
 import threading
 import time
 from pathlib import Path
@@ -53,14 +54,19 @@ class Agent:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> Path:
-        directory = protocol.private_dir(self.directory or protocol.runtime_dir())
+        """Raises OSError when no socket can be made; `start()` below turns that into a warning."""
+        directory = protocol.private_dir(self.directory)
         path = protocol.socket_path(self._pid, directory)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # left by an earlier process with our pid
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(str(path))
-        os.chmod(path, 0o600)
-        sock.listen(8)
+        try:
+            sock.bind(str(path))
+            os.chmod(path, 0o600)
+            sock.listen(8)
+        except OSError:
+            sock.close()
+            raise
         sock.setblocking(False)
         self._sock, self.path = sock, path
         self._thread = threading.Thread(target=self._serve, name="gputui-agent", daemon=True)
@@ -168,14 +174,33 @@ _agent: Agent | None = None
 _lock = threading.Lock()
 
 
-def start(directory: Path | None = None) -> Agent:
-    """Start the agent in this process (once; later calls return the running one)."""
+_warned = False
+
+
+def start(directory: Path | None = None) -> Agent | None:
+    """Start the agent in this process (once; later calls return the running one). Never raises into
+    the host program: a monitoring helper must not end a training job. When no agent can start (its
+    directory taken by another user, a read-only /tmp, ...) it says so once on stderr and returns None."""
     global _agent
     with _lock:
-        if _agent is None or not _agent.running or _agent._pid != os.getpid():
-            _agent = Agent(directory)
-            _agent.start()
-        return _agent
+        if _agent is not None and _agent.running and _agent._pid == os.getpid():
+            return _agent
+        agent = Agent(directory)
+        try:
+            agent.start()
+        except Exception as err:
+            _warn_once(f"gputui agent: not started, the program runs on without it: {err}")
+            return None
+        _agent = agent
+        return agent
+
+
+def _warn_once(message: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        with contextlib.suppress(Exception):  # a closed stderr is no reason to fail either
+            print(message, file=sys.stderr, flush=True)
 
 
 def stop() -> None:

@@ -140,10 +140,7 @@ class DipDetector:
 def _wait_share(snap: Snapshot, gpu: int) -> float | None:
     """The data-loader wait share of an agent-running process on `gpu`, if any."""
     for p in snap.processes:
-        if p.gpu == gpu and p.pid in snap.agents:
-            progress = snap.agents[p.pid].get("progress")
-            share = progress.get("data_wait_share") if isinstance(progress, dict) else None
-            # The reply comes from another process: a share that is not a number is no share.
-            if isinstance(share, (int, float)) and not isinstance(share, bool):
-                return float(share)
+        report = snap.agents.get(p.pid) if p.gpu == gpu else None
+        if report is not None and report.ok and report.progress.data_wait_share is not None:
+            return report.progress.data_wait_share
     return None

@@ -6,18 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from gputui.collect import classify
-from gputui.collect.agents import discover, request
+from gputui.collect.agents import AgentPoller
 from gputui.collect.history import History
 from gputui.collect.holders import HolderScanner
 from gputui.collect.procs import ProcessJoiner, device_files
 from gputui.doctor import checks_cuda
 from gputui.doctor.facts import SystemFacts
 from gputui.doctor.report import Check, ok, problem, warning
+from gputui.model import AgentReport
 from gputui.units import fmt_bytes, fmt_duration
 
 IDLE_AFTER_S = 120.0  # at 0 % this long while holding memory: idle
@@ -43,7 +43,7 @@ class ProcessFacts:
 
 def gather(pid: int, system: SystemFacts, devices_dir: Path,
            idle_s: Callable[[dict[int, int | None]], float | None] = lambda _m: None,
-           agent: Callable[[int], dict[str, Any] | None] | None = None) -> ProcessFacts:
+           agent: Callable[[int], AgentReport | None] | None = None) -> ProcessFacts:
     """`idle_s` says how long the process's GPUs have been at 0 % (from NVML's samples or the TUI's
     history); `agent` answers its agent's stats, if any."""
     try:
@@ -64,24 +64,16 @@ def gather(pid: int, system: SystemFacts, devices_dir: Path,
     rows, _ = ProcessJoiner().join(system.processes, HolderScanner(devices_dir).scan(), minors)
     mine = [r for r in rows if r.pid == pid]
     worst = next((r for r in mine if r.category != classify.OK), mine[0] if mine else None)
-    reply = (agent or _agent_stats)(pid)
-    progress = reply.get("progress") if isinstance(reply, dict) else None
-    share = progress.get("data_wait_share") if isinstance(progress, dict) else None
+    report = (agent or _agent_stats)(pid)
     return ProcessFacts(
         pid, command, device_files(pid, devices_dir), environ, memory,
         idle_s=idle_s(memory) if any(memory.values()) else None,
         category=worst.category if worst else classify.OK, reason=worst.reason if worst else "",
-        wait_share=float(share) if isinstance(share, (int, float)) and not isinstance(share, bool) else None)
+        wait_share=report.progress.data_wait_share if report is not None and report.ok else None)
 
 
-def _agent_stats(pid: int) -> dict[str, Any] | None:
-    sock = discover().get(pid)
-    if sock is None:
-        return None
-    try:
-        return request(sock, {"op": "stats"})
-    except Exception:  # an agent that does not answer is no agent
-        return None
+def _agent_stats(pid: int) -> AgentReport | None:
+    return AgentPoller().report(pid)  # validated, verified, and bounded in time like every tick's
 
 
 def checks(p: ProcessFacts, system: SystemFacts) -> list[Check]:

@@ -214,16 +214,6 @@ AGENT_FIELDS = (
 )
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
 def _agent_families(snap: Snapshot) -> Iterator[Metric]:
     names = {p.pid: _short_command(p.command, p.name) for p in snap.processes}
     label_names = ["Hostname", "pid", "command", "cuda_device"]
@@ -234,22 +224,17 @@ def _agent_families(snap: Snapshot) -> Iterator[Metric]:
     wait = GaugeMetricFamily("gputui_agent_data_wait_ratio",
                              "Share of step time the training loop waited for its DataLoader.",
                              labels=["Hostname", "pid", "command"])
-    for pid, reply in sorted(snap.agents.items()):
-        if not isinstance(reply, dict):
+    for pid, report in sorted(snap.agents.items()):
+        if not report.ok:  # a slow agent's numbers are old, an unreadable one's are none
             continue
         command = names.get(pid, "")
-        # A reply comes from another process: trust no shape in it.
-        devices = _dict(reply.get("allocator")).get("devices")
-        for dev in devices if isinstance(devices, list) else ():
-            if not isinstance(dev, dict):
-                continue
-            values = [snap.hostname, str(pid), command, str(dev.get("index", ""))]
+        for dev in report.devices:
+            values = [snap.hostname, str(pid), command, str(dev.index)]
             for suffix, _doc, key, _kind in AGENT_FIELDS:
-                value = _number(dev.get(key))
+                value = getattr(dev, key)
                 if value is not None:
-                    fams[suffix].add_metric(values, value)
-        share = _number(_dict(reply.get("progress")).get("data_wait_share"))
-        if share is not None:
-            wait.add_metric([snap.hostname, str(pid), command], share)
+                    fams[suffix].add_metric(values, float(value))
+        if report.progress.data_wait_share is not None:
+            wait.add_metric([snap.hostname, str(pid), command], report.progress.data_wait_share)
     yield from fams.values()
     yield wait

@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gputui.collect.agents import AgentHistory, AgentPoller
-from gputui.model import Snapshot
+from gputui.model import AGENT_SLOW, AGENT_UNREADABLE, AgentReport, AllocatorDevice, Snapshot
 from gputui.ui.screens import MODAL_CSS
 from gputui.ui.spark import glyph
 from gputui.units import NA, fmt_bytes, printable
@@ -54,8 +54,8 @@ class AllocatorScreen(ModalScreen[None]):
         self.poller = poller
         self.snapshot = snapshot
         self.history = history
-        self.first: dict[int, dict[str, Any]] = {}  # the counters when the panel opened
-        self.previous: dict[int, dict[str, Any]] = {}
+        self.first: dict[int, AllocatorDevice] = {}  # the counters when the panel opened
+        self.previous: dict[int, AllocatorDevice] = {}
         self.recording = False
         self.armed: str | None = None  # the action key pressed once: a second press runs it
         self.message = "h: history on/off · s: dump a snapshot · e: empty_cache (press twice to confirm)"
@@ -68,78 +68,84 @@ class AllocatorScreen(ModalScreen[None]):
         self.follow(self.snapshot)
 
     def follow(self, snap: Snapshot) -> None:
-        """Called by the app with every new snapshot while this screen is on top."""
         """A new snapshot (the app forwards each one while the panel is open)."""
         self.snapshot = snap
-        reply = snap.agents.get(self.pid)
-        devices = (reply or {}).get("allocator", {}).get("devices", [])
+        report = snap.agents.get(self.pid)
+        devices = report.devices if report is not None and report.ok else ()
         for d in devices:
-            self.first.setdefault(d.get("index", 0), dict(d))
-        self.query_one("#allocator", Static).update(self.render_panel(reply))
-        self.previous = {d.get("index", 0): d for d in devices}
+            self.first.setdefault(d.index, d)
+        self.query_one("#allocator", Static).update(self.render_panel(report))
+        if devices:
+            self.previous = {d.index: d for d in devices}
 
-    def render_panel(self, reply: dict[str, Any] | None) -> Table:
+    def render_panel(self, report: AgentReport | None) -> Table:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold", no_wrap=True)
         grid.add_column()
         grid.add_row(Text(f"PyTorch allocator · pid {self.pid}", style="bold"), Text(""))
-        if reply is None:
+        if report is None:
             grid.add_row("agent", Text("not answering (the process ended, or its agent stopped)",
                                        style="red"))
             return grid
-        alloc = reply.get("allocator", {})
-        grid.add_row("torch / CUDA", Text(f"{alloc.get('torch') or NA} / {alloc.get('cuda') or NA}"
-                                          f"  backend {alloc.get('allocator_backend') or NA}"))
-        grid.add_row("ALLOC_CONF", Text(printable(alloc.get("alloc_conf") or "(unset)")))
-        progress = reply.get("progress", {})
-        if progress.get("steps_per_s") is not None:
-            share = progress.get("data_wait_share")
-            grid.add_row("training", Text(f"{progress['steps_per_s']:.2f} steps/s · "
+        if report.status == AGENT_UNREADABLE:
+            grid.add_row("agent", Text(f"unreadable: {report.error}", style="red"))
+            return grid
+        if report.status == AGENT_SLOW:
+            grid.add_row("agent", Text(f"{report.error}: below is its last answer", style="yellow"))
+        grid.add_row("torch / CUDA", Text(f"{report.torch or NA} / {report.cuda or NA}"
+                                          f"  backend {report.allocator_backend or NA}"))
+        grid.add_row("ALLOC_CONF", Text(report.alloc_conf or "(unset)"))
+        progress = report.progress
+        if progress.steps_per_s is not None:
+            share = progress.data_wait_share
+            grid.add_row("training", Text(f"{progress.steps_per_s:.2f} steps/s · "
                                           f"{100 * share:.0f}% of step time waiting for data"
-                                          if share is not None else f"{progress['steps_per_s']:.2f} steps/s"))
-        if not alloc.get("cuda_initialized"):
+                                          if share is not None else f"{progress.steps_per_s:.2f} steps/s"))
+        if not report.cuda_initialized:
             grid.add_row("CUDA", Text("not initialized in this process (yet)", style="dim"))
         nvml = sum(p.used_memory or 0 for p in self.snapshot.processes if p.pid == self.pid and p.kinds)
-        for d in alloc.get("devices", []):
-            self._device(grid, d, nvml if len(alloc.get("devices", [])) == 1 else None)
-        for event in alloc.get("oom_events", [])[-3:]:
+        for d in report.devices:
+            self._device(grid, d, nvml if len(report.devices) == 1 else None)
+        for event in report.oom_events[-3:]:
             grid.add_row(Text("OOM", style="bold red"), Text(
-                f"device {event.get('device')}: asked {fmt_bytes(event.get('requested'))}, "
-                f"{fmt_bytes(event.get('free'))} free", style="red"))
+                f"device {event.device if event.device is not None else NA}: asked "
+                f"{fmt_bytes(event.requested)}, {fmt_bytes(event.free)} free", style="red"))
         grid.add_row("", Text(self.message, style="yellow" if self.armed else "dim"))
         return grid
 
-    def _device(self, grid: Table, d: dict[str, Any], nvml: int | None) -> None:
-        index = d.get("index", 0)
-        grid.add_row(Text(f"cuda:{index}", style="bold"), Text(""))
-        points = self.history.points(self.pid, index)[-60:]
-        scale = max([r for _, r in points] + [d.get("reserved_peak") or 0]) or 1
-        for label, i in (("allocated", 0), ("reserved", 1)):
-            grid.add_row(label, Text(f"{_spark([p[i] for p in points], scale)}  {fmt_bytes(d.get(label))} "
-                                     f"(peak {fmt_bytes(d.get(label + '_peak'))})"))
-        frag = d.get("fragmentation")
+    def _device(self, grid: Table, d: AllocatorDevice, nvml: int | None) -> None:
+        grid.add_row(Text(f"cuda:{d.index}", style="bold"), Text(""))
+        points = self.history.points(self.pid, d.index)[-60:]
+        scale = max([r for _, r in points] + [d.reserved_peak or 0]) or 1
+        for label, i, value, peak in (("allocated", 0, d.allocated, d.allocated_peak),
+                                      ("reserved", 1, d.reserved, d.reserved_peak)):
+            grid.add_row(label, Text(f"{_spark([p[i] for p in points], scale)}  {fmt_bytes(value)} "
+                                     f"(peak {fmt_bytes(peak)})"))
+        frag = d.fragmentation
         grid.add_row("cached, unused", Text(
-            f"{fmt_bytes(d.get('reserved_unallocated'))}"
-            f" · non-releasable {fmt_bytes(d.get('inactive_split'))}"
+            f"{fmt_bytes(d.reserved_unallocated)}"
+            f" · non-releasable {fmt_bytes(d.inactive_split)}"
             f" · fragmentation {f'{frag:.0f}%' if frag is not None else NA}"
-            f" · largest free block {fmt_bytes(d.get('largest_free_block'))}"))
+            f" · largest free block {fmt_bytes(d.largest_free_block)}"))
         counters = Text()
+        before, first = self.previous.get(d.index), self.first.get(d.index)
         for key, label in (("num_alloc_retries", "retries"), ("num_ooms", "OOMs"),
                            ("num_device_alloc", "cudaMalloc"), ("num_device_free", "cudaFree"),
                            ("num_sync_all_streams", "syncs")):
-            value = d.get(key)
-            grew = value is not None and value > (self.previous.get(index, {}).get(key) or 0)
+            value = getattr(d, key)
+            grew = value is not None and value > (getattr(before, key, None) or 0)
             bad = key in ("num_alloc_retries", "num_ooms") and grew
             counters.append(f"{label} {value if value is not None else NA}", style="bold red" if bad else "")
-            since = (value or 0) - (self.first.get(index, {}).get(key) or 0)
+            since = (value or 0) - (getattr(first, key, None) or 0)
             if since and key in ("num_alloc_retries", "num_ooms"):
                 counters.append(f" (+{since})", style="red")
             counters.append("  ")
         grid.add_row("counters", counters)
-        grid.add_row("segments", Text(f"{d.get('segments', NA)}  {segment_map(d.get('segment_fill') or [])}"))
-        if nvml is not None and d.get("reserved") is not None:
+        grid.add_row("segments", Text(f"{d.segments if d.segments is not None else NA}  "
+                                      f"{segment_map(list(d.segment_fill))}"))
+        if nvml is not None and d.reserved is not None:
             grid.add_row("outside torch", Text(
-                f"{fmt_bytes(max(0, nvml - d['reserved']))} (NVML's {fmt_bytes(nvml)} for this process"
+                f"{fmt_bytes(max(0, nvml - d.reserved))} (NVML's {fmt_bytes(nvml)} for this process"
                 " minus reserved: CUDA context, NCCL, other libraries)"))
 
     def action_act(self, key: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.agent import server
+from gputui.agent import protocol, server
 from gputui.agent.server import Agent
 
 
@@ -46,6 +46,14 @@ def module_agent() -> Iterator[None]:
         yield
     finally:
         server.stop()
+
+
+def request(path: Path, message: dict, timeout: float = 5.0) -> dict:
+    """A plain client for the tests: one request, one reply, no checks (the monitor's own client,
+    gputui.collect.agents, verifies whom it talks to)."""
+    with connect(path, timeout) as sock:
+        sock.sendall(protocol.encode(message))
+        return next(lines(sock))
 
 
 def connect(path: Path, timeout: float = 5.0) -> socket.socket:

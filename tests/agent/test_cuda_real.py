@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gputui.agent.server import Agent
-from gputui.collect.agents import request
+from tests.agent.conftest import request
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")

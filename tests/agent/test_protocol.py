@@ -88,30 +88,85 @@ def test_deeply_nested_json_is_a_protocol_error() -> None:
 # -- runtime_dir ----------------------------------------------------------------------------------
 
 
-def test_runtime_dir_honours_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    assert protocol.runtime_dir() == tmp_path / "gputui"
-    assert protocol.socket_path(123) == tmp_path / "gputui" / "123.sock"
+def test_candidates_are_tmp_then_run_user_whatever_xdg_says(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """The agent and the monitor must meet: neither follows XDG_RUNTIME_DIR, which one side may have set
+    and the other not (sudo, systemd services, SLURM)."""
+    for xdg in (str(tmp_path), ""):
+        monkeypatch.setenv("XDG_RUNTIME_DIR", xdg)
+        assert protocol.candidate_dirs(1234) == (Path("/tmp/gputui-1234"), Path("/run/user/1234/gputui"))
+    assert protocol.candidate_dirs()[0] == Path(f"/tmp/gputui-{os.getuid()}")
 
 
-def test_runtime_dir_without_xdg(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    assert protocol.runtime_dir() == Path(f"/tmp/gputui-{os.getuid()}")
-    assert protocol.socket_path(7) == Path(f"/tmp/gputui-{os.getuid()}/7.sock")
+@pytest.fixture
+def candidates(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[Path, Path]:
+    first, second = tmp_path / "tmp-gputui", tmp_path / "run-user" / "gputui"
+    (tmp_path / "run-user").mkdir()
+    monkeypatch.setattr(protocol, "candidate_dirs", lambda uid=None: (first, second))
+    return first, second
 
 
-def test_runtime_dir_ignores_a_missing_xdg_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "absent"))
-    assert protocol.runtime_dir() == Path(f"/tmp/gputui-{os.getuid()}")
-    monkeypatch.setenv("XDG_RUNTIME_DIR", "")
-    assert protocol.runtime_dir() == Path(f"/tmp/gputui-{os.getuid()}")
+def test_runtime_dir_is_the_first_candidate_of_that_user(candidates: tuple[Path, Path]) -> None:
+    first, _ = candidates
+    assert protocol.runtime_dir() == first  # neither exists yet: where an agent will make it
+    assert protocol.private_dir() == first
+    assert protocol.runtime_dir() == first
+    assert protocol.socket_path(7) == first / "7.sock"
 
 
-def test_runtime_dir_of_another_uid_never_uses_our_xdg(monkeypatch: pytest.MonkeyPatch,
-                                                        tmp_path: Path) -> None:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    other = os.getuid() + 1
-    assert protocol.runtime_dir(other) == Path(f"/tmp/gputui-{other}")
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a directory owned by another uid")
+def test_a_taken_tmp_directory_falls_back_to_run_user(candidates: tuple[Path, Path]) -> None:
+    """Another user made /tmp/gputui-<uid> first: the agent goes to /run/user/<uid>/gputui, untouched."""
+    first, second = candidates
+    first.mkdir()
+    os.chmod(first, 0o777)
+    os.chown(first, NOBODY, NOBODY)
+    assert protocol.private_dir() == second
+    assert protocol.runtime_dir() == second
+    assert first.stat().st_uid == NOBODY and _mode(first) == 0o777  # not taken over, not chmodded
+
+
+def test_a_symlinked_candidate_is_passed_over(candidates: tuple[Path, Path], tmp_path: Path) -> None:
+    first, second = candidates
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    first.symlink_to(tmp_path / "elsewhere")
+    assert protocol.private_dir() == second
+    assert protocol.runtime_dir() == second
+
+
+def test_no_usable_candidate_says_why_for_each(candidates: tuple[Path, Path]) -> None:
+    first, second = candidates
+    first.write_text("a file")
+    second.parent.rmdir()  # /run/user/<uid> absent: never created by the agent
+    with pytest.raises(PermissionError) as caught:
+        protocol.private_dir()
+    assert str(first) in str(caught.value) and str(second) in str(caught.value)
+    assert not second.parent.exists()
+
+
+def test_trusted_dir_wants_owner_and_no_group_or_world_write(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    path.mkdir(mode=0o755)
+    os.chmod(path, 0o755)
+    assert protocol.trusted_dir(path.lstat(), os.getuid())
+    assert not protocol.trusted_dir(path.lstat(), os.getuid() + 1)
+    for loose in (0o775, 0o757, 0o1777):
+        os.chmod(path, loose)
+        assert not protocol.trusted_dir(path.lstat(), os.getuid())
+    (tmp_path / "link").symlink_to(path)
+    os.chmod(path, 0o700)
+    assert not protocol.trusted_dir((tmp_path / "link").lstat(), os.getuid())
+
+
+@pytest.mark.parametrize(("name", "pid"), [
+    ("4242.sock", 4242), ("2.sock", 2),
+    ("1.sock", None), ("0.sock", None), ("007.sock", None),  # init, no pid, not how a pid is written
+    ("\u00b2.sock", None), ("\u0663\u0664.sock", None),  # '²' and Arabic-Indic digits: isdigit() true
+    ("12", None), ("12.sock.tmp", None), (".sock", None), ("-5.sock", None), (" 5.sock", None),
+    ("99999999999.sock", None),
+])
+def test_pid_of_a_socket_name(name: str, pid: int | None) -> None:
+    assert protocol.pid_of(name) == pid
 
 
 def test_socket_path_in_a_directory(tmp_path: Path) -> None:

@@ -65,18 +65,17 @@ def test_run_starts_an_agent_in_the_job(procs: list[subprocess.Popen[str]]) -> N
     deadline = time.monotonic() + STARTUP_S
     while time.monotonic() < deadline and proc.poll() is None:
         if proc.pid in agents.discover():
-            assert agents.discover()[proc.pid] == path
+            assert agents.discover()[proc.pid].path == path
             reply = agents.AgentPoller().poll().get(proc.pid)
-            if reply and reply["allocator"].get("torch") and reply["progress"].get("batches", 0) > 0:
+            if reply and reply.torch and (reply.progress.batches or 0) > 0:
                 break
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate(timeout=5)
     assert reply is not None, "no agent answered"
-    assert reply["ok"] and reply["pid"] == proc.pid
-    allocator, progress = reply["allocator"], reply["progress"]
-    assert allocator["torch"], allocator
-    assert allocator["cuda_initialized"] is False and allocator["devices"] == []
-    assert progress["batches"] > 0, progress
+    assert reply.ok and reply.pid == proc.pid
+    assert reply.torch, reply
+    assert reply.cuda_initialized is False and reply.devices == ()
+    assert (reply.progress.batches or 0) > 0, reply.progress
     # Killed without a chance to clean up, its socket stays until discover() sees the process gone.
     assert path.exists()
     proc.kill()
@@ -97,11 +96,12 @@ def test_run_chains_to_an_existing_sitecustomize(tmp_path: Path, procs: list[sub
             f.write(f"ran agent={os.environ.get('GPUTUI_AGENT')} started={'gputui.agent' in sys.modules}\\n")
     """))
     script = textwrap.dedent("""
+        import os
         import gputui.agent.server as s
         from gputui.collect import agents
         a = s._agent
         print(a is not None and a.running, a.path if a else None)
-        print(agents.request(a.path, {"op": "hello"})["ok"])
+        print(agents.AgentPoller(a.path.parent).poll()[os.getpid()].ok)
     """)
     env = {**os.environ, "PYTHONPATH": str(site), "MARKER": str(marker)}
     proc = gputui_run("--", sys.executable, "-c", script, env=env, stdout=subprocess.PIPE,
@@ -174,6 +174,6 @@ def test_sampler_picks_up_an_agent(tmp_path: Path, module_agent: None) -> None:
         sampler.close()
     assert list(snap.agents) == [os.getpid()]
     reply = snap.agents[os.getpid()]
-    assert reply["ok"] and reply["pid"] == os.getpid() and "allocator" in reply and "progress" in reply
+    assert reply.ok and reply.pid == os.getpid() and reply.torch is not None
     server.stop()
     assert agent.path is not None and not agent.path.exists()

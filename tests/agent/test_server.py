@@ -20,14 +20,14 @@ import pytest
 from gputui.agent import protocol, server
 from gputui.agent.server import Agent
 from gputui.collect import agents
-from tests.agent.conftest import connect, exchange, lines, read_all, stop_agent
+from tests.agent.conftest import connect, exchange, lines, read_all, request, stop_agent
 
 NOBODY = 65534
 
 
 def hello(agent: Agent) -> dict:
     assert agent.path is not None
-    return agents.request(agent.path, {"op": "hello"}, timeout=5.0)
+    return request(agent.path, {"op": "hello"}, timeout=5.0)
 
 
 def assert_alive(agent: Agent) -> None:
@@ -62,7 +62,7 @@ def test_hello_and_stats(agent: Agent) -> None:
     reply = hello(agent)
     assert reply == {"v": protocol.VERSION, "ok": True, "pid": os.getpid(), "started": agent.started}
     assert agent.path is not None
-    stats = agents.request(agent.path, {"op": "stats"})
+    stats = request(agent.path, {"op": "stats"})
     assert stats["ok"] is True and stats["pid"] == os.getpid()
     assert abs(stats["time"] - time.time()) < 60
     assert {"torch", "alloc_conf", "devices"} <= set(stats["allocator"])
@@ -72,15 +72,17 @@ def test_hello_and_stats(agent: Agent) -> None:
 
 def test_discover_and_poll(agent: Agent, tmp_path: Path) -> None:
     directory = tmp_path / "run"
-    assert agents.discover(directory) == {os.getpid(): agent.path}
+    assert agents.discover(directory) == {
+        os.getpid(): agents.AgentSocket(os.getpid(), os.getuid(), agent.path)}
     polled = agents.AgentPoller(directory).poll()
-    assert list(polled) == [os.getpid()] and polled[os.getpid()]["ok"] is True
+    assert list(polled) == [os.getpid()] and polled[os.getpid()].ok
+    assert polled[os.getpid()].pid == os.getpid() and polled[os.getpid()].error == ""
 
 
 def test_unknown_op(agent: Agent) -> None:
     assert agent.path is not None
     for message in ({"op": "rm -rf"}, {}, {"op": None}, {"op": ["hello"]}):
-        reply = agents.request(agent.path, message)
+        reply = request(agent.path, message)
         assert reply["ok"] is False and "unknown op" in reply["error"]
 
 
@@ -88,13 +90,13 @@ def test_unknown_op(agent: Agent) -> None:
 def test_cuda_actions_without_cuda_are_errors(agent: Agent, op: str) -> None:
     assert agent.path is not None
     reply = agents.AgentPoller(agent.path.parent).act(os.getpid(), op, enabled=True)
-    assert reply["ok"] is False and reply["error"]
+    assert reply["ok"] is False and "CUDA is not initialized" in reply["message"]
     assert_alive(agent)
 
 
 def test_act_on_a_missing_agent_is_an_error(tmp_path: Path) -> None:
     reply = agents.AgentPoller(tmp_path).act(1, "empty_cache")
-    assert reply["ok"] is False and reply["error"]
+    assert reply == {"ok": False, "message": "no gputui agent of pid 1 is listening"}
 
 
 def test_several_requests_on_one_connection(agent: Agent) -> None:
@@ -226,7 +228,7 @@ def test_slow_client_does_not_block_the_agent_for_long(agent: Agent, short_timeo
         stalled.sendall(b'{"v":1')
         time.sleep(0.05)
         start = time.monotonic()
-        assert agents.request(agent.path, {"op": "hello"}, timeout=5.0)["ok"]
+        assert request(agent.path, {"op": "hello"}, timeout=5.0)["ok"]
         assert time.monotonic() - start < 1.5
 
 
@@ -240,7 +242,7 @@ def test_client_that_never_reads_replies(agent: Agent, short_timeouts: None) -> 
             sock.sendall(burst)
         time.sleep(0.1)
         start = time.monotonic()
-        reply = agents.request(agent.path, {"op": "hello"}, timeout=5.0)
+        reply = request(agent.path, {"op": "hello"}, timeout=5.0)
         assert reply["ok"] and time.monotonic() - start < 4.0
     assert_alive(agent)
 
@@ -298,7 +300,7 @@ def test_answer_never_raises(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> N
     assert agent.answer(b"\xff" * 10)["ok"] is False
     assert_alive(agent)  # and over the socket
     assert agent.path is not None
-    assert agents.request(agent.path, {"op": "stats"})["ok"] is False
+    assert request(agent.path, {"op": "stats"})["ok"] is False
 
 
 # -- peers of another uid ------------------------------------------------------------------------
@@ -396,7 +398,7 @@ def test_stop_removes_the_socket(tmp_path: Path) -> None:
     assert not a.running
     assert a._thread is not None and not a._thread.is_alive()
     with pytest.raises(OSError):
-        agents.request(path, {"op": "hello"})
+        request(path, {"op": "hello"})
     a.stop()  # twice is fine
 
 
@@ -408,12 +410,12 @@ def test_module_start_twice_returns_the_same_agent(tmp_path: Path, module_agent:
     first = server.start(directory=tmp_path / "run")
     second = server.start(directory=tmp_path / "run")
     assert first is second and first.running
-    assert agents.discover(tmp_path / "run") == {os.getpid(): first.path}
+    assert first.path is not None and agents.discover(tmp_path / "run")[os.getpid()].path == first.path
     server.stop()
     assert not first.running and first.path is not None and not first.path.exists()
     third = server.start(directory=tmp_path / "run")
     assert third is not first and third.running
-    assert agents.request(third.path, {"op": "hello"})["ok"]  # type: ignore[arg-type]
+    assert request(third.path, {"op": "hello"})["ok"]  # type: ignore[arg-type]
     server.stop()
     server.stop()  # twice is fine
 
@@ -434,11 +436,11 @@ def test_stale_socket_of_our_pid_is_replaced(tmp_path: Path) -> None:
     old.bind(str(stale))
     old.close()
     with pytest.raises(ConnectionRefusedError):
-        agents.request(stale, {"op": "hello"})
+        request(stale, {"op": "hello"})
     a = Agent(directory=directory)
     try:
         assert a.start() == stale
-        assert agents.request(stale, {"op": "hello"})["ok"]
+        assert request(stale, {"op": "hello"})["ok"]
         assert stat.S_IMODE(stale.lstat().st_mode) == 0o600
     finally:
         stop_agent(a)
@@ -453,7 +455,7 @@ def test_stale_plain_file_of_our_pid_is_replaced(tmp_path: Path) -> None:
     try:
         a.start()
         assert stat.S_ISSOCK(stale.lstat().st_mode)
-        assert agents.request(stale, {"op": "hello"})["ok"]
+        assert request(stale, {"op": "hello"})["ok"]
     finally:
         stop_agent(a)
 
@@ -476,11 +478,12 @@ def test_poll_skips_an_agent_that_does_not_answer(tmp_path: Path) -> None:
     protocol.private_dir(directory)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(directory / f"{os.getpid()}.sock"))
-    listener.listen(1)  # never accepts: the poller's timeout must end it
+    listener.listen(1)  # never accepts: the poller's deadline must end it
     try:
         start = time.monotonic()
-        assert agents.AgentPoller(directory).poll() == {}
-        assert time.monotonic() - start < 2.0
+        report = agents.AgentPoller(directory).poll()[os.getpid()]
+        assert time.monotonic() - start < 0.5
+        assert report.status == "slow" and "no reply within 150 ms" in report.error
     finally:
         listener.close()
 
@@ -503,12 +506,14 @@ def _fake_agent(directory: Path, reply: bytes) -> tuple[socket.socket, threading
     return listener, thread
 
 
-@pytest.mark.parametrize("reply", [b"garbage\n", b'{"v":2,"ok":true}\n', b"", b'{"v":1,"ok":false}\n',
-                                   b"\xff\xfe\n"])
-def test_poll_skips_a_bad_reply(tmp_path: Path, reply: bytes) -> None:
+@pytest.mark.parametrize(("reply", "why"), [
+    (b"garbage\n", "not JSON"), (b'{"v":2,"ok":true}\n', "version"), (b"", "closed the connection"),
+    (b'{"v":1,"ok":false}\n', "the agent said: no reason"), (b"\xff\xfe\n", "not JSON")])
+def test_a_bad_reply_is_unreadable(tmp_path: Path, reply: bytes, why: str) -> None:
     listener, thread = _fake_agent(tmp_path / "run", reply)
     try:
-        assert agents.AgentPoller(tmp_path / "run").poll() == {}
+        report = agents.AgentPoller(tmp_path / "run").poll()[os.getpid()]
+        assert report.status == "unreadable" and why in report.error and report.devices == ()
     finally:
         listener.close()
         thread.join(timeout=2)
@@ -517,7 +522,7 @@ def test_poll_skips_a_bad_reply(tmp_path: Path, reply: bytes) -> None:
 def test_poll_survives_a_deeply_nested_reply(tmp_path: Path) -> None:
     listener, thread = _fake_agent(tmp_path / "run", b"[" * 50_000 + b"\n")
     try:
-        assert agents.AgentPoller(tmp_path / "run").poll() == {}
+        assert agents.AgentPoller(tmp_path / "run").poll()[os.getpid()].status == "unreadable"
     finally:
         listener.close()
         thread.join(timeout=2)

@@ -12,7 +12,7 @@ import pytest
 
 from gputui.collect.demo import DemoSource
 from gputui.collect.dips import LONG_DIP_S, MIN_DIP_S, Dip, DipDetector
-from gputui.model import GpuSample, ProcessRow, Snapshot
+from gputui.model import AgentReport, GpuSample, ProcessRow, Snapshot, TrainingProgress
 
 T0 = 1_795_000_000.0
 LOST = object()  # a GPU that NVML lost (GpuSample.lost)
@@ -36,7 +36,7 @@ def sample(index: int, util: Util) -> GpuSample:
 
 
 def snap(t: float, utils: Sequence[Util], on: Iterable[int] | None = None,
-         procs: Sequence[ProcessRow] | None = None, agents: dict[int, dict[str, object]] | None = None
+         procs: Sequence[ProcessRow] | None = None, agents: dict[int, AgentReport] | None = None
          ) -> Snapshot:
     """GPUs 0..len(utils)-1 at time T0 + t; a job on each GPU in `on` (default: all of them)."""
     if procs is None:
@@ -285,11 +285,8 @@ def test_ongoing_reports_a_dip_in_progress() -> None:
     assert det.ongoing(T0 + 37) == []
 
 
-def agents_with(share: float | None, pid: int) -> dict[int, dict[str, object]]:
-    progress: dict[str, object] = {"steps_per_s": 3.2}
-    if share is not None:
-        progress["data_wait_share"] = share
-    return {pid: {"progress": progress}}
+def agents_with(share: float | None, pid: int) -> dict[int, AgentReport]:
+    return {pid: AgentReport(pid=pid, progress=TrainingProgress(steps_per_s=3.2, data_wait_share=share))}
 
 
 def dip_with_agent(share: float | None, agent_gpu: int = 0) -> Dip:

@@ -22,11 +22,12 @@ import psutil
 import pytest
 
 from gputui.collect import classify
+from gputui.collect.agent_reply import parse
 from gputui.doctor import process
 from gputui.doctor.facts import GpuFact, SystemFacts
 from gputui.doctor.process import NoSuchProcess, ProcessFacts
 from gputui.doctor.report import OK, PROBLEM, WARNING, Check
-from gputui.model import GpuProcess
+from gputui.model import AgentReport, GpuProcess
 from tests.processes import describe, gone, wait_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -430,13 +431,18 @@ def agent_reply(share: object = 0.071, progress: object = None) -> dict[str, Any
     return reply
 
 
+def report(pid: int, reply: Any) -> AgentReport:
+    """What the monitor makes of a reply: through the boundary, as the agent of `pid`."""
+    return parse(pid, {**reply, "pid": pid} if isinstance(reply, dict) else reply)
+
+
 def test_input_bound_from_the_agent(devices: Path, spawn: Spawner) -> None:
     child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
     asked: list[int] = []
 
-    def agent(pid: int) -> dict[str, Any]:
+    def agent(pid: int) -> AgentReport:
         asked.append(pid)
-        return agent_reply(0.71)
+        return report(pid, agent_reply(0.71))
 
     p, checks = examine(child.pid, system(listed(child.pid)), devices, agent=agent)
     assert asked == [child.pid]
@@ -448,7 +454,8 @@ def test_input_bound_from_the_agent(devices: Path, spawn: Spawner) -> None:
 
 def test_not_input_bound(devices: Path, spawn: Spawner) -> None:
     child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
-    p, checks = examine(child.pid, system(listed(child.pid)), devices, agent=lambda _pid: agent_reply())
+    p, checks = examine(child.pid, system(listed(child.pid)), devices,
+                        agent=lambda pid: report(pid, agent_reply()))
     assert p.wait_share == pytest.approx(0.071)
     assert f"pid {child.pid} waits for data 7% of step time" in lines(checks, OK)
     assert lines(checks, WARNING) == [] and lines(checks, PROBLEM) == []
@@ -468,7 +475,8 @@ def test_not_input_bound(devices: Path, spawn: Spawner) -> None:
 def test_a_malformed_agent_reply_gives_no_data_loader_line(devices: Path, spawn: Spawner,
                                                            reply: Any) -> None:
     child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
-    p, checks = examine(child.pid, system(listed(child.pid)), devices, agent=lambda _pid: reply)
+    p, checks = examine(child.pid, system(listed(child.pid)), devices,
+                        agent=lambda pid: None if reply is None else report(pid, reply))
     assert p.wait_share is None
     assert not any("data" in c.found for c in checks)
     assert lines(checks, WARNING) == [] and lines(checks, PROBLEM) == []

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gputui.collect.agent_reply import parse
 from gputui.collect.replay import ReplaySampler
 from gputui.model import Snapshot
 from gputui.ui.allocator import AllocatorScreen, segment_map
@@ -17,8 +18,10 @@ from gputui.ui.status import StatusLine
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.world import trainer_pid
 
-REPLY = json.loads((Path(__file__).parent.parent / "fixtures" / "agent_stats_cuda.json").read_text())
 PID = trainer_pid(0)
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "agent_stats_cuda.json"
+RAW = {**json.loads(FIXTURE.read_text()), "pid": PID}
+REPLY = parse(PID, RAW)
 
 
 class FakePoller:
@@ -52,9 +55,9 @@ def _text(screen: AllocatorScreen) -> str:
 
 
 def _with_counters(snap: Snapshot, **changes: int) -> Snapshot:
-    reply = copy.deepcopy(REPLY)
+    reply = copy.deepcopy(RAW)
     reply["allocator"]["devices"][0].update(changes)
-    return dataclasses.replace(snap, agents={PID: reply})
+    return dataclasses.replace(snap, agents={PID: parse(PID, reply)})
 
 
 async def test_badge_and_a_opens_the_panel() -> None:
@@ -75,7 +78,7 @@ async def test_badge_and_a_opens_the_panel() -> None:
             assert expected in text, expected
         # NVML's 68.7 GiB for the trainer minus 62.0 GiB reserved.
         nvml = next(p.used_memory for p in app.snapshot.processes if p.pid == PID and p.kinds)  # type: ignore[union-attr]
-        outside = (nvml - REPLY["allocator"]["devices"][0]["reserved"]) / 2**30
+        outside = (nvml - RAW["allocator"]["devices"][0]["reserved"]) / 2**30
         assert f"{outside:.1f} GiB (NVML's" in text
         await pilot.press("escape")
         assert not isinstance(app.screen, AllocatorScreen)
@@ -167,19 +170,44 @@ def test_segment_map() -> None:
 
 
 def test_agent_history_skips_malformed_replies() -> None:
-    """An agent's reply comes from another process: no shape of it may take the app's ingest down."""
+    """An agent's reply comes from another process: a malformed one is unreadable, and adds no point."""
     from gputui.collect.agents import AgentHistory
 
     base = make_app(gpus=1).sampler.snapshots[-1]  # type: ignore[attr-defined]
-    bad: dict[int, Any] = {
+    raw: dict[int, Any] = {
         1: {"allocator": "not a dict"},
         2: {"allocator": {"devices": 7}},
         3: {"allocator": {"devices": ["x", {"index": "0", "allocated": "many", "reserved": True}]}},
         4: "not a reply",
-        PID: REPLY,
+        5: {"allocator": {"devices": [{"index": 0, "allocated": float("nan")}]}},
     }
+    bad = {pid: parse(pid, reply) for pid, reply in raw.items()}
+    assert {r.status for r in bad.values()} == {"unreadable"}
     history = AgentHistory()
-    history.add(dataclasses.replace(base, agents=bad))
+    history.add(dataclasses.replace(base, agents={**bad, PID: REPLY}))
     assert history.points(PID, 0) == [(52613349376, 66571993088)]
-    assert history.points(3, 0) == [(0, 0)]  # the dict device is kept, its non-numbers read as 0
-    assert all(pid in (3, PID) for pid, _ in history.series)
+    assert list(history.series) == [(PID, 0)]
+
+
+async def test_an_unreadable_or_hostile_agent_in_the_panel() -> None:
+    """What another user's agent sends reaches the screen validated: an unreadable reply is a line
+    saying so, escapes are replaced, the app keeps running."""
+    app, _ = _app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await first_frame(pilot, app)
+        await pilot.press("p")
+        await pilot.press("a")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, AllocatorScreen) and app.snapshot is not None
+        broken = parse(PID, {**RAW, "allocator": "oops"})
+        app.post_message(SnapshotReady(dataclasses.replace(app.snapshot, agents={PID: broken})))
+        await pilot.pause(0.1)
+        assert "unreadable: bad reply: allocator: not an object" in _text(screen)
+        hostile = parse(PID, {**RAW, "allocator": {**RAW["allocator"], "torch": "\x1b]0;pwned\x07",
+                                                   "alloc_conf": "\x1b]52;c;cHduZWQ=\x07"}})
+        app.post_message(SnapshotReady(dataclasses.replace(app.snapshot, agents={PID: hostile})))
+        await pilot.pause(0.1)
+        text = _text(screen)
+        assert "?]0;pwned?" in text and "?]52;c;cHduZWQ=?" in text and "\x1b" not in text
+        assert app.is_running

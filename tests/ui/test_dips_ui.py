@@ -18,7 +18,7 @@ from textual.widgets import Static
 
 from gputui.collect.dips import DipDetector
 from gputui.collect.replay import ReplaySampler
-from gputui.model import Snapshot
+from gputui.model import AgentReport, Snapshot, TrainingProgress
 from gputui.ui.app import ZOOMS, GpuTuiApp
 from gputui.ui.canvas import Cell
 from gputui.ui.events import EventsScreen
@@ -226,8 +226,8 @@ async def test_e_opens_the_events_pane_with_every_dip_and_a_summary_per_gpu() ->
 
 async def test_events_pane_says_why_when_an_agent_reports_its_data_wait() -> None:
     replay, past = world.sampler(gpus=2, weird=False)
-    agents = {world.trainer_pid(0): {"progress": {"data_wait_share": 0.71}},
-              world.trainer_pid(1): {"progress": {"data_wait_share": 0.12}}}
+    agents = {pid: AgentReport(pid, progress=TrainingProgress(data_wait_share=share))
+              for pid, share in ((world.trainer_pid(0), 0.71), (world.trainer_pid(1), 0.12))}
     app = GpuTuiApp(replay, interval=3600.0, readonly=True)
     for snap in past:
         app.ingest(dataclasses.replace(snap, agents=agents))

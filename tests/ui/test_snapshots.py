@@ -64,7 +64,10 @@ def test_allocator_panel(snap_compare) -> None:  # type: ignore[no-untyped-def]
     app = make_app(gpus=4, interval=3600.0)  # no tick after the first: a fixed allocator history
     replay = app.sampler
     assert isinstance(replay, ReplaySampler)
-    replay.snapshots = [dataclasses.replace(s, agents={4101: reply}) for s in replay.snapshots]
+    from gputui.collect.agent_reply import parse
+
+    report = parse(4101, reply)
+    replay.snapshots = [dataclasses.replace(s, agents={4101: report}) for s in replay.snapshots]
 
     async def run_before(pilot: Pilot) -> None:
         await first_frame(pilot, app)
