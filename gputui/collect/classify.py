@@ -32,6 +32,7 @@ class Facts:
     parent_name: str | None  # None: no parent visible
     parent_on_gpu: bool
     idle_s: float | None  # seconds at 0 % CPU, when known
+    hidden_by: str | None = None  # "hidepid=2": /proc hides other users' processes from this user
 
 
 def _short(devices: tuple[str, ...]) -> str:
@@ -42,6 +43,9 @@ def _short(devices: tuple[str, ...]) -> str:
 
 def classify(f: Facts) -> tuple[str, str]:
     """(class, reason). The reason strings together the facts that matter, most telling first."""
+    if not f.visible and f.hidden_by:
+        return NVML_ONLY, (f"in NVML's list but hidden from this user by /proc's {f.hidden_by} (another "
+                           "user's process, or gone): run as root to see it")
     if not f.visible:
         return NVML_ONLY, "in NVML's list but not visible here: another PID namespace (a container), or gone"
     notes: list[str] = []

@@ -25,6 +25,7 @@ import pynvml
 
 from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
 from gputui.model import GpuProcess, GpuSample
+from gputui.units import printable
 
 SETTINGS_EVERY = 6  # slow ticks between reads of modes that change only by an admin's hand
 
@@ -95,7 +96,8 @@ class _Gpu:
 
 
 def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    """A string from the driver (a name, a UUID, a version): short and printable before anyone shows it."""
+    return printable((value.decode(errors="replace") if isinstance(value, bytes) else str(value))[:200])
 
 
 def _field_value(fv: Any) -> float | int | None:

@@ -20,6 +20,7 @@ from gputui.collect import procfs
 from gputui.collect.classify import Facts, classify
 from gputui.collect.holders import HolderScan
 from gputui.model import GpuProcess, HostProcess, ProcessDetail, ProcessRow
+from gputui.units import printable
 
 T = TypeVar("T")
 
@@ -44,6 +45,22 @@ def _maybe(fn: Callable[[], T]) -> T | None:
         return fn()
     except (psutil.AccessDenied, psutil.ZombieProcess):
         return None
+
+
+MAX_COMMAND = 4096  # characters kept of a command line (up to 2 MiB on Linux); enough to recognise it
+
+
+def _text(value: str | None, limit: int = MAX_COMMAND) -> str | None:
+    """A string another user controls (argv, a process name, cwd, an environment value), made safe once
+    here for every screen, label and file downstream: cut short, control characters and undecodable
+    bytes (psutil's surrogate escapes) replaced."""
+    return None if value is None else printable(value[:limit])
+
+
+def _command(cmdline: list[str] | None, name: str | None) -> str | None:
+    if cmdline:
+        return _text(" ".join(cmdline))
+    return f"[{name}]" if name else None
 
 
 def _ns_pid(pid: int) -> int | None:
@@ -120,6 +137,7 @@ class ProcessJoiner:
     def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._known: dict[int, _Known] = {}
         self.monotonic = monotonic
+        self.hidden_by = procfs.hidepid()  # a mount option: read once
 
     def join(self, procs: Iterable[GpuProcess], holders: HolderScan | None = None,
              minors: dict[int, int] | None = None, relatives: bool = False
@@ -181,7 +199,7 @@ class ProcessJoiner:
             devices=devices if holders is not None else (), ppid=host.ppid if host else None,
             parent_name=(parent.name or "?") if parent else None,  # "?": alive, its name unreadable
             parent_on_gpu=host is not None and host.ppid in on_nvml,
-            idle_s=host.idle_s if host else None))
+            idle_s=host.idle_s if host else None, hidden_by=self.hidden_by))
         base = dict(gpu=gp.gpu, pid=gp.pid, kinds=gp.kinds, used_memory=gp.used_memory, sm_util=gp.sm_util,
                     mem_util=gp.mem_util, devices=devices, category=category, reason=reason)
         if host is None:
@@ -247,11 +265,10 @@ class ProcessJoiner:
         try:
             proc = psutil.Process(pid)
             with proc.oneshot():
-                cmdline = _maybe(proc.cmdline)
-                name = _maybe(proc.name)
-                known = _Known(stat.start_ticks, _maybe(proc.create_time), _maybe(proc.username), name,
-                               " ".join(cmdline) if cmdline else (f"[{name}]" if name else None),
-                               _ns_pid(pid), stat.cpu_ticks, now, idle_since=now)
+                name = _text(_maybe(proc.name))
+                known = _Known(stat.start_ticks, _maybe(proc.create_time), _text(_maybe(proc.username)), name,
+                               _command(_maybe(proc.cmdline), name), _ns_pid(pid), stat.cpu_ticks, now,
+                               idle_since=now)
         except (psutil.NoSuchProcess, ValueError):
             self._known.pop(pid, None)
             return None
@@ -293,16 +310,15 @@ def describe(pid: int, create_time: float | None, devices_dir: Path) -> ProcessD
         kids = []
         for child in _maybe(lambda: proc.children(recursive=True)) or ():
             with child.oneshot():
-                cl = _maybe(child.cmdline)
                 mem = _maybe(child.memory_info)
                 kids.append(HostProcess(
-                    pid=child.pid, ppid=_maybe(child.ppid), user=_maybe(child.username),
-                    name=_maybe(child.name),
-                    command=" ".join(cl) if cl else None, cpu_percent=None, rss=mem.rss if mem else None,
+                    pid=child.pid, ppid=_maybe(child.ppid), user=_text(_maybe(child.username)),
+                    name=_text(_maybe(child.name)), command=_command(_maybe(child.cmdline), None),
+                    cpu_percent=None, rss=mem.rss if mem else None,
                     create_time=_maybe(child.create_time), state=_maybe(child.status)))
         return ProcessDetail(
-            pid=pid, command=" ".join(cmdline) if cmdline else None, cwd=_maybe(proc.cwd),
-            cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES") if env is not None else None,
+            pid=pid, command=_command(cmdline, None), cwd=_text(_maybe(proc.cwd)),
+            cuda_visible_devices=_text(env.get("CUDA_VISIBLE_DEVICES")) if env is not None else None,
             environ_readable=env is not None, device_files=device_files(pid, devices_dir),
             children=tuple(kids))
     except (psutil.NoSuchProcess, ValueError):
