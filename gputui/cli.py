@@ -146,22 +146,31 @@ def _source_flags(ap: argparse.ArgumentParser) -> None:
 
 
 def record_command(argv: list[str]) -> int:
-    """`gputui record FILE`: snapshots as JSON Lines (or CSV) until --duration, Ctrl-C or SIGTERM."""
+    """`gputui record FILE`: snapshots as JSON Lines (or CSV) until --duration, Ctrl-C or SIGTERM.
+    Exit 0: done; 1: writing failed on the way (a full disk, a closed pipe); 2: could not start."""
     ap = _Parser(prog="gputui record", description="Record snapshots without the UI.")
-    ap.add_argument("file", type=Path)
+    ap.add_argument("file", type=Path, help="where to append the snapshots; - for standard output")
     ap.add_argument("--interval", type=_interval, default=1.0, metavar="S")
     ap.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
     ap.add_argument("--max-size", type=_positive, metavar="MB", help="rotate the file at this size")
     ap.add_argument("--csv", action="store_true", help="nvidia-smi-style CSV columns instead of JSON Lines")
     _source_flags(ap)
     args = ap.parse_args(argv)
-    if not args.file.parent.is_dir():
+    from gputui.record import STDOUT, Recorder, RecordError
+
+    if args.file == STDOUT and args.max_size:
+        ap.error("--max-size needs a file to rotate, not - (standard output)")
+    if args.file != STDOUT and not args.file.parent.is_dir():
         ap.error(f"no such directory: {args.file.parent}")
     from gputui.collect.sampler import Sampler
-    from gputui.record import Recorder
 
     recorder = Recorder(args.file, as_csv=args.csv,
                         max_bytes=int(args.max_size * 1e6) if args.max_size else None)
+    try:
+        recorder.open()
+    except RecordError as err:
+        print(f"gputui record: {err}", file=sys.stderr)
+        return 2
     end = time.monotonic() + args.duration if args.duration else None
     try:
         with Sampler(make_source(args), devices_dir=args.devices_dir) as sampler:
@@ -170,37 +179,49 @@ def record_command(argv: list[str]) -> int:
                 wait = args.interval if end is None else min(args.interval, end - time.monotonic())
                 if wait > 0:
                     time.sleep(wait)
+    except RecordError as err:
+        print(f"gputui record: {err} (after {recorder.written} snapshots)", file=sys.stderr)
+        return 1
     finally:
         recorder.close()
-    print(f"gputui record: {recorder.written} snapshots in {args.file}", file=sys.stderr)
+    print(f"gputui record: {recorder.written} snapshots {'to' if args.file == STDOUT else 'in'} "
+          f"{recorder.where}", file=sys.stderr)
     return 0
 
 
 def replay_command(argv: list[str]) -> int:
+    """`gputui replay FILE`: the TUI on a recording. Every line is checked against the snapshot schema and
+    bounded in size (see gputui.record); exit 2 when the file holds no snapshot at all."""
     ap = _Parser(prog="gputui replay", description="Open the TUI on a recording (JSON Lines).")
     ap.add_argument("file", type=Path)
     ap.add_argument("--speed", type=_positive, default=1.0, help="playback speed (2 = twice as fast)")
     ap.add_argument("--no-mouse", action="store_true")
     args = ap.parse_args(argv)
-    from gputui.record import read_recording
+    from gputui.record import load_recording
+    from gputui.units import printable
 
+    name = printable(str(args.file))
     try:
-        snaps, bad = read_recording(args.file)
+        found = load_recording(args.file)
     except OSError as err:
-        print(f"gputui replay: cannot read {args.file}: {err.strerror}", file=sys.stderr)
+        print(f"gputui replay: cannot read {name}: {err.strerror or err}", file=sys.stderr)
         return 2
+    snaps = found.snapshots
     if not snaps:
-        print(f"gputui replay: {args.file} holds no gputui snapshot (JSON Lines from `gputui record`)",
+        why = f" ({printable(found.first_bad)})" if found.first_bad else ""
+        print(f"gputui replay: {name} holds no gputui snapshot (JSON Lines from `gputui record`){why}",
               file=sys.stderr)
         return 2
     from gputui.collect.replay import ReplaySampler
     from gputui.ui.app import GpuTuiApp
 
-    spacing = (snaps[-1].time - snaps[0].time) / max(1, len(snaps) - 1) if len(snaps) > 1 else 1.0
-    app = GpuTuiApp(ReplaySampler(snaps), interval=max(0.05, spacing / args.speed),
+    app = GpuTuiApp(ReplaySampler(snaps), interval=ReplaySampler.interval_of(snaps, args.speed),
                     mouse=not args.no_mouse, readonly=True, replay=True)
-    if bad:
-        app.notes.append(f"{bad} lines of {args.file} were not snapshots and were skipped")
+    if found.bad:
+        app.notes.append(printable(f"{found.bad} lines of {name} were not snapshots and were skipped "
+                                   f"(the first, {found.first_bad})"))
+    if found.stopped:
+        app.notes.append(printable(f"{name}: {found.stopped}; replaying what was read"))
     code = app.run(mouse=not args.no_mouse)
     return code if code is not None else 0
 
@@ -301,13 +322,18 @@ def fleet_command(argv: list[str]) -> int:
 
     reader = FleetReader(Prometheus(args.prometheus, timeout=args.timeout), args.selector, window=args.window)
     view = reader.refresh()
-    if view.refused:  # a bad selector: say so now; an unreachable Prometheus gets a banner and retries
+    # A bad selector, or an answer that is not (a trustworthy) Prometheus's: say so now. An unreachable
+    # or slow Prometheus gets the banner and retries.
+    if view.refused or view.bad_answer:
         print(f"gputui fleet: {view.error}", file=sys.stderr)
         return 2
     from gputui.ui.fleet_app import FleetApp
 
     app = FleetApp(reader, interval=args.interval, sort=args.sort, mouse=not args.no_mouse)
     code = app.run(mouse=not args.no_mouse)
+    if app.crash is not None:  # Textual printed its traceback; the last line says what it was
+        print(f"gputui fleet: the fleet view crashed: {app.crash}", file=sys.stderr)
+        return max(1, app.exit_status)
     return code if code is not None else 0
 
 

@@ -3,17 +3,24 @@ them back for `gputui replay`."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
+import stat
+import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import TextIO
+from typing import Any, BinaryIO
 
-from gputui.jsonout import snapshot_from_dict, snapshot_to_dict
+from gputui import schema_check
+from gputui.jsonout import schema, snapshot_from_dict, snapshot_to_dict
 from gputui.model import Snapshot
+from gputui.units import fmt_bytes, printable
 
 KEEP_ROTATED = 5
 NA = "[N/A]"  # what nvidia-smi writes for a field it cannot read
@@ -45,61 +52,255 @@ def csv_rows(snap: Snapshot) -> Iterator[list[str]]:
                NA if g.throttle_reasons is None else (" ".join(g.throttle_reasons) or "none")]
 
 
+def _last_byte(fd: int) -> bytes:
+    """The last byte of the regular file open (write-only) as `fd`; b"" when empty, not a regular file
+    (a FIFO) or not readable."""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not st.st_size:
+            return b""
+        reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.pread(reader, 1, st.st_size - 1)
+    except OSError:
+        return b""
+    finally:
+        os.close(reader)
+
+
+class RecordError(Exception):
+    """Writing the recording failed (a full disk, a closed pipe, a read-only file): its one-line reason."""
+
+
+STDOUT = Path("-")  # `gputui record -`: standard output
+
+
 class Recorder:
-    """Appends snapshots to `path`; past `max_bytes` the file rotates (path.1, path.2, ...)."""
+    """Appends snapshots to `path` (STDOUT: standard output); past `max_bytes` the file rotates (path.1,
+    path.2, ...). Each record is one complete line: written whole, or, when the disk fills or a signal
+    comes in the middle of it, cut back off, so that the file always ends on a whole line."""
 
     def __init__(self, path: Path, as_csv: bool = False, max_bytes: int | None = None) -> None:
         self.path, self.as_csv, self.max_bytes = path, as_csv, max_bytes
-        self._file: TextIO | None = None
+        self.to_stdout = path == STDOUT
+        self._fd: int | None = None
+        self._pending = b""  # written before the next record: the CSV header, or a newline
         self.written = 0
 
-    def _open(self) -> TextIO:
-        if self._file is None:
-            fresh = not self.path.exists() or self.path.stat().st_size == 0
-            self._file = open(self.path, "a", newline="" if self.as_csv else None)  # noqa: SIM115
-            if self.as_csv and fresh:
-                csv.writer(self._file).writerow(CSV_COLUMNS)
-        return self._file
+    @property
+    def where(self) -> str:
+        return "standard output" if self.to_stdout else str(self.path)
+
+    def open(self) -> None:
+        """Open now (the first write would): a file that cannot be written is known before sampling."""
+        if self._fd is not None:
+            return
+        if self.to_stdout:
+            self._fd = sys.stdout.fileno()
+            self._pending = self._csv_header() if self.as_csv else b""
+            return
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as err:
+            raise self._failed(err) from None
+        self._fd = fd
+        size = self._size()
+        if self.as_csv and not size:
+            self._pending = self._csv_header()
+        elif _last_byte(fd) not in (b"", b"\n"):  # a recorder killed mid-line: ours starts a new one
+            self._pending = b"\n"
+
+    def _csv_header(self) -> bytes:
+        buf = io.StringIO()
+        csv.writer(buf).writerow(CSV_COLUMNS)
+        return buf.getvalue().encode()
 
     def write(self, snap: Snapshot) -> None:
         # Rotate before a write, not after: FILE always holds the newest part.
-        if self.max_bytes and self._file is not None and self._file.tell() >= self.max_bytes:
+        if self.max_bytes and self._fd is not None and not self.to_stdout and self._size() >= self.max_bytes:
             self.rotate()
-        f = self._open()
+        self.open()
         if self.as_csv:
             buf = io.StringIO()
             csv.writer(buf).writerows(csv_rows(snap))
-            f.write(buf.getvalue())
+            text = buf.getvalue()
         else:
-            f.write(json.dumps(snapshot_to_dict(snap), separators=(",", ":")) + "\n")
-        f.flush()
+            text = json.dumps(snapshot_to_dict(snap), separators=(",", ":")) + "\n"
+        self._write_whole(self._pending + text.encode())
+        self._pending = b""
         self.written += 1
+
+    def _size(self) -> int:
+        assert self._fd is not None
+        return os.fstat(self._fd).st_size
+
+    def _write_whole(self, data: bytes) -> None:
+        assert self._fd is not None
+        start = None if self.to_stdout else self._size()  # a pipe cannot be cut back; a file can
+        view, done = memoryview(data), 0
+        try:
+            while done < len(data):
+                done += os.write(self._fd, view[done:])
+        except BaseException as err:  # a full disk, or a signal (SystemExit) between two partial writes
+            if start is not None and done:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)
+            if isinstance(err, OSError):
+                raise self._failed(err) from None
+            raise
+
+    def _failed(self, err: OSError) -> RecordError:
+        reason = err.strerror or str(err)
+        return RecordError(f"cannot write to {self.where}: {reason}" if self.to_stdout
+                           else f"cannot write {self.where}: {reason}")
 
     def rotate(self) -> None:
         self.close()
-        for i in range(KEEP_ROTATED - 1, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{i}")
-            if older.exists():
-                os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
-        if self.path.exists():
-            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        try:
+            for i in range(KEEP_ROTATED - 1, 0, -1):
+                older = self.path.with_name(f"{self.path.name}.{i}")
+                if older.exists():
+                    os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
+            if self.path.exists():
+                os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        except OSError as err:
+            raise self._failed(err) from None
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        fd, self._fd = self._fd, None
+        if fd is not None and not self.to_stdout:
+            with contextlib.suppress(OSError):  # every record went out whole with os.write already
+                os.close(fd)
+
+
+# Bounds on reading a recording, which may come from anyone: a line longer than MAX_LINE is skipped
+# without being held whole; reading stops after MAX_READ bytes (/dev/zero, an endless file), MAX_KEPT bytes
+# of snapshots or MAX_SNAPSHOTS snapshots, whichever comes first (replay holds them all in memory).
+MAX_LINE = 4 << 20
+MAX_READ = 1 << 30
+MAX_KEPT = 256 << 20
+MAX_SNAPSHOTS = 100_000
+CHUNK = 1 << 20
+
+
+@dataclass
+class Recording:
+    snapshots: list[Snapshot] = field(default_factory=list)
+    bad: int = 0  # lines that were not snapshots (blank lines are not counted)
+    first_bad: str = ""  # why the first of them was refused: "line 3: $.gpus: a string where ..."
+    stopped: str = ""  # why reading stopped before the end of the file; "" when it read it all
 
 
 def read_recording(path: Path) -> tuple[list[Snapshot], int]:
     """(snapshots, lines that were not snapshots). A truncated last line (a recorder killed mid-write)
     is one of those, not an error."""
-    snaps, bad = [], 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.strip():
+    found = load_recording(path)
+    return found.snapshots, found.bad
+
+
+def load_recording(path: Path) -> Recording:
+    """Every line checked against the snapshot schema, with finite numbers, and its strings made
+    printable; what is not a snapshot is counted and skipped. Raises OSError if `path` cannot be read."""
+    out, kept = Recording(), 0
+    with open(path, "rb") as f:
+        lines = _BoundedLines(f)
+        for number, line in enumerate(lines, 1):
+            if line is not None and not line.strip():
                 continue
             try:
-                snaps.append(snapshot_from_dict(json.loads(line)))
-            except (ValueError, TypeError, AttributeError):
-                bad += 1
-    return snaps, bad
+                snap = parse_line(line)
+            except ValueError as err:
+                out.bad += 1
+                out.first_bad = out.first_bad or f"line {number}: {err}"
+                continue
+            out.snapshots.append(snap)
+            kept += len(line or b"")
+            if len(out.snapshots) >= MAX_SNAPSHOTS or kept >= MAX_KEPT:
+                out.stopped = f"stopped after {len(out.snapshots)} snapshots ({fmt_bytes(kept)})"
+                break
+        else:
+            if lines.cut_short:
+                out.stopped = f"stopped after reading {fmt_bytes(MAX_READ)}"
+    return out
+
+
+def parse_line(line: bytes | None) -> Snapshot:
+    """One line of a recording as a Snapshot; ValueError (one line, saying why) if it is not one.
+    `None` stands for a line that was too long to read."""
+    if line is None:
+        raise ValueError(f"longer than {fmt_bytes(MAX_LINE)}")
+    try:
+        data = json.loads(line.decode("utf-8", errors="replace"), parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+    except ValueError as err:  # JSONDecodeError, and integers longer than Python converts
+        raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
+    if isinstance(data, dict):
+        data.setdefault("agents", {})  # a recording from before the agent existed
+    schema_check.check(data, _snapshot_schema())
+    data = {k: v if k == "agents" else _printable_strings(v) for k, v in data.items()}
+    try:
+        return snapshot_from_dict(data)
+    except (TypeError, AttributeError, KeyError, RecursionError) as err:
+        raise ValueError(f"not a gputui snapshot: {type(err).__name__}") from None
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
+
+
+@lru_cache(maxsize=1)
+def _snapshot_schema() -> dict[str, Any]:
+    doc = schema()
+    schema_check.supported(doc)
+    return doc
+
+
+def _printable_strings(value: Any) -> Any:
+    """Every string in `value` with its control characters replaced. Its depth is bounded: it runs on
+    documents the schema has checked."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list):
+        return [_printable_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _printable_strings(v) for k, v in value.items()}
+    return value
+
+
+class _BoundedLines:
+    """The lines of a binary file without their newline, read in chunks: a line longer than MAX_LINE is
+    yielded as None, never held whole; reading stops after MAX_READ bytes (`cut_short` then says so)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f = f
+        self.cut_short = False
+
+    def __iter__(self) -> Iterator[bytes | None]:
+        buf, skipping, total = bytearray(), False, 0
+        while True:
+            chunk = self.f.read(min(CHUNK, MAX_READ - total)) if total < MAX_READ else b""
+            if not chunk:
+                break
+            total += len(chunk)
+            lines = chunk.split(b"\n")
+            for piece in lines[:-1]:  # each ends a line
+                if skipping or len(buf) + len(piece) > MAX_LINE:
+                    yield None
+                else:
+                    yield bytes(buf + piece)
+                buf.clear()
+                skipping = False
+            if not skipping and len(buf) + len(lines[-1]) > MAX_LINE:
+                buf.clear()
+                skipping = True  # the rest of this line is dropped as it comes
+            elif not skipping:
+                buf += lines[-1]
+        if total >= MAX_READ and self.f.read(1):
+            self.cut_short = True
+        if skipping:
+            yield None
+        elif buf:
+            yield bytes(buf)

@@ -23,6 +23,7 @@ from jsonschema import Draft202012Validator
 from gputui.jsonout import schema, snapshot_to_dict
 from gputui.model import AgentReport, GpuSample, Snapshot, TrainingProgress
 from gputui.record import CSV_COLUMNS, KEEP_ROTATED, NA, Recorder, csv_rows, read_recording
+from gputui.units import printable
 from tests.ui import world
 
 TIMEOUT = 60
@@ -291,8 +292,18 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
+def _printable_fields(item: object) -> object:
+    changes = {f.name: printable(v) for f in dataclasses.fields(item)  # type: ignore[arg-type]
+               if isinstance(v := getattr(item, f.name), str)}
+    return dataclasses.replace(item, **changes)  # type: ignore[type-var]
+
+
 def without_hosts(s: Snapshot) -> Snapshot:
-    return dataclasses.replace(s, host_processes=())  # a UI aid, not recorded
+    """`s` as a recording gives it back: without host processes (a UI aid, not recorded), and with the
+    control characters of its strings (the world's WEIRD_COMMAND) replaced."""
+    return dataclasses.replace(s, host_processes=(), hostname=printable(s.hostname),
+                               processes=tuple(_printable_fields(p) for p in s.processes),  # type: ignore[misc]
+                               gpus=tuple(_printable_fields(g) for g in s.gpus))  # type: ignore[misc]
 
 
 def world_snaps(n: int = 8) -> list[Snapshot]:

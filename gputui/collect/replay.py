@@ -22,6 +22,16 @@ class _ReplaySource:
 class ReplaySampler:
     """The Sampler's interface over a list of snapshots; the last one repeats once they run out."""
 
+    # Seconds between two replayed snapshots: the recording's own spacing, within bounds, so that
+    # times that jump (a clock step, a crafted file) neither freeze the replay nor make it spin.
+    MIN_INTERVAL, MAX_INTERVAL = 0.05, 60.0
+
+    @classmethod
+    def interval_of(cls, snapshots: list[Snapshot], speed: float = 1.0) -> float:
+        spacing = (snapshots[-1].time - snapshots[0].time) / (len(snapshots) - 1) if len(snapshots) > 1 \
+            else 1.0
+        return min(cls.MAX_INTERVAL, max(cls.MIN_INTERVAL, spacing / speed))
+
     def __init__(self, snapshots: Iterable[Snapshot], devices_dir: Path = Path("/dev")) -> None:
         self.snapshots = list(snapshots)
         if not self.snapshots:

@@ -35,6 +35,8 @@ else:
 print(json.dumps(out))
 """
 TIMEOUT_S = 120.0  # importing torch can take a while on a cold disk
+MAX_TEXT = 500  # characters kept of one string the probe sent (its Python may be another user's)
+MAX_ITEMS = 64  # items kept of one list it sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +75,9 @@ def probe(python: str, env: dict[str, str] | None = None, timeout: float = TIMEO
         doc = json.loads(lines[-1])
         if not isinstance(doc, dict):
             raise ValueError(doc)
-    except (IndexError, ValueError):
+    except (IndexError, ValueError, RecursionError):
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-        return TorchFacts(python, error=f"{python} could not run the probe: {last}")
+        return TorchFacts(python, error=f"{python} could not run the probe: {last[:MAX_TEXT]}")
     return TorchFacts(
         python,
         torch=_str(doc.get("torch")),
@@ -83,14 +85,26 @@ def probe(python: str, env: dict[str, str] | None = None, timeout: float = TIMEO
         cuda=_str(doc.get("cuda")),
         hip=_str(doc.get("hip")),
         available=doc["available"] if isinstance(doc.get("available"), bool) else None,
-        device_count=doc["device_count"] if isinstance(doc.get("device_count"), int) else None,
-        arch_list=tuple(a for a in doc.get("arch_list") or () if isinstance(a, str)),
-        capabilities=tuple((int(c[0]), int(c[1])) for c in doc.get("capabilities") or ()
-                           if isinstance(c, list) and len(c) == 2),
+        device_count=doc["device_count"] if _small_int(doc.get("device_count")) else None,
+        arch_list=_strings(doc.get("arch_list")),
+        capabilities=tuple((c[0], c[1]) for c in _items(doc.get("capabilities"))
+                           if isinstance(c, list) and len(c) == 2 and all(_small_int(n) for n in c)),
         cuda_error=_str(doc.get("cuda_error")),
-        warnings=tuple(w for w in doc.get("warnings") or () if isinstance(w, str)),
+        warnings=_strings(doc.get("warnings")),
     )
 
 
 def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
+    return value[:MAX_TEXT] if isinstance(value, str) else None
+
+
+def _items(value: object) -> list[object]:
+    return value[:MAX_ITEMS] if isinstance(value, list) else []
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(s[:MAX_TEXT] for s in _items(value) if isinstance(s, str))
+
+
+def _small_int(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1000

@@ -20,6 +20,7 @@ import pytest
 
 from gputui import cli
 from gputui.doctor import report, torch_probe
+from tests.doctor import pythons
 from tests.doctor.pythons import printing
 from tests.doctor.test_cli import check_lines, healthy_machine, keep_signals  # noqa: F401 (fixtures)
 from tests.processes import wait_until
@@ -156,3 +157,28 @@ def test_a_relative_python_is_found_from_where_the_doctor_runs(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     found = torch_probe.probe("venv/python", env={"PATH": "/usr/bin:/bin"})
     assert found.error is None and found.torch == "2.5.1+cu124", found
+
+
+@pytest.mark.parametrize("doc", [
+    pytest.param({"torch": "2.5", "cuda": "12.4", "capabilities": [[1e308 * 10, 0], ["9", 0], [9, True]]},
+                 id="capabilities-not-small-ints"),
+    pytest.param({"torch": "2.5", "cuda": "12.4", "device_count": True, "available": "yes"},
+                 id="wrong-types"),
+    pytest.param({"torch": "x" * 100_000, "warnings": ["w" * 100_000] * 1000,
+                  "arch_list": ["sm_90"] * 10_000}, id="huge"),
+])
+def test_whatever_the_probe_prints_is_bounded_and_never_crashes(tmp_path: Path,
+                                                                doc: dict[str, object]) -> None:
+    found = torch_probe.probe(printing(tmp_path, {"python": "3.11.7", **doc}), env={"PATH": "/usr/bin:/bin"})
+    assert found.error is None
+    assert all(0 <= n < 1000 for cap in found.capabilities for n in cap)
+    assert found.device_count is None or type(found.device_count) is int
+    assert len(found.torch or "") <= torch_probe.MAX_TEXT and len(found.warnings) <= torch_probe.MAX_ITEMS
+    assert len(found.arch_list) <= torch_probe.MAX_ITEMS
+
+
+def test_a_probe_answer_nested_too_deep_is_a_probe_that_failed(tmp_path: Path) -> None:
+    python = pythons.write(tmp_path, "python", "printf '%s' '{\"a\":'\n"
+                           "i=0; while [ $i -lt 200000 ]; do printf '['; i=$((i+1)); done; echo")
+    found = torch_probe.probe(python, env={"PATH": "/usr/bin:/bin"})
+    assert found.error is not None and "could not run the probe" in found.error
