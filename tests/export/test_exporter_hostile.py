@@ -135,8 +135,6 @@ def test_a_non_utf8_command_line_with_escapes_is_served_as_printable_utf8() -> N
                                             for p in snap.processes)
 
         assert wait_until(seen, timeout=10, step=0.1)
-        command = next(p.command for p in exporter.latest.processes if p.pid == pid)  # type: ignore[union-attr]
-        assert command.endswith(HOSTILE_ARG.decode(errors="surrogateescape"))  # read raw from /proc
         server, port = ex.serve(exporter, 0, "127.0.0.1")
         try:
             status, ctype, body = scrape(f"http://127.0.0.1:{port}/metrics")
