@@ -196,6 +196,50 @@ def bench_agent(seconds: float = 10.0) -> dict[str, object]:
         proc.wait()
 
 
+def bench_agent_poll(agents: int = 16, stopped: int = 8, polls: int = 20) -> dict[str, object]:
+    """One tick's poll of `agents` real agents, `stopped` of them halted (SIGSTOP): the wall time of a
+    poll, which the 150 ms deadline must bound whatever the agents do."""
+    import tempfile
+
+    from gputui.collect.agents import AgentPoller
+
+    script = ("import sys, time; from pathlib import Path; from gputui.agent.server import Agent\n"
+              "Agent(directory=Path(sys.argv[1])).start(); print('up', flush=True); time.sleep(600)\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [subprocess.Popen([sys.executable, "-c", script, tmp], stdout=subprocess.PIPE)
+                 for _ in range(agents)]
+        try:
+            for proc in procs:
+                assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+            poller = AgentPoller(Path(tmp))
+
+            def poll_ms() -> list[float]:
+                times = []
+                for _ in range(polls):
+                    t0 = time.perf_counter()
+                    poller.poll()
+                    times.append((time.perf_counter() - t0) * 1000)
+                return times
+
+            answering = poll_ms()
+            for proc in procs[:stopped]:
+                os.kill(proc.pid, signal.SIGSTOP)
+            # The first polls wait out the deadline; once a stopped agent's queue of connections is full,
+            # connecting fails at once.
+            with_stopped = poll_ms()
+            slow = sum(r.status == "slow" for r in poller.poll().values())
+        finally:
+            for proc in procs:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+    return {"agents": agents, "stopped": stopped,
+            "poll_ms_median_all_answering": round(statistics.median(answering), 2),
+            "poll_ms_max_all_answering": round(max(answering), 2),
+            "poll_ms_median_with_stopped": round(statistics.median(with_stopped), 1),
+            "poll_ms_max_with_stopped": round(max(with_stopped), 1), "marked_slow": slow}
+
+
 def _tree_cpu(proc: psutil.Process) -> float:
     total = 0.0
     for p in [proc, *proc.children(recursive=True)]:
@@ -406,6 +450,7 @@ BUDGETS = (
     ("holder steady tick ms (1000 processes)", ("holders", "tick_ms_median"), 5),
     ("holder full rescan ms vs plain scan ms", ("holders", "rescan_ms_median"),
      ("holders", "plain_scan_ms_median")),
+    ("agent poll ms (worst), 16 agents of which 8 stopped", ("agent_poll", "poll_ms_max_with_stopped"), 165),
 )
 
 
@@ -429,7 +474,8 @@ def main() -> int:
     args = ap.parse_args()
     results: dict[str, object] = {
         "sampler": bench_sampler(), "nvml": bench_nvml_calls(), "holders": bench_holders(),
-        "agent": bench_agent(), "tui": bench_tui(measure=args.measure), "exporter": bench_exporter(),
+        "agent": bench_agent(), "agent_poll": bench_agent_poll(), "tui": bench_tui(measure=args.measure),
+        "exporter": bench_exporter(),
         "fleet": bench_fleet(measure=args.measure)}
     results["budgets"] = budgets(results)
     json.dump(results, sys.stdout, indent=2)
