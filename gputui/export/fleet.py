@@ -17,7 +17,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gputui.export.promql import Prometheus, PrometheusError, QueryRefused, label_value, matchers
+from gputui.export.promql import (
+    BadAnswer,
+    Prometheus,
+    PrometheusError,
+    QueryRefused,
+    Sample,
+    Series,
+    label_value,
+    matchers,
+)
 
 DEFAULT_WINDOW_S = 900.0
 SPARK_POINTS = 60  # points per GPU in the range query: enough for the drill-down's sparkline
@@ -151,6 +160,7 @@ class FleetView:
     error: str | None = None  # the last refresh failed: why (the hosts are from fetched_at)
     failures: int = 0  # refreshes failed in a row
     refused: bool = False  # Prometheus said the query is wrong (a bad --selector): retrying won't help
+    bad_answer: bool = False  # what answered is not Prometheus's API, or not one to trust (promql.BadAnswer)
     queries: int = 0  # queries the last refresh sent
     detail: HostDetail | None = None
 
@@ -159,22 +169,15 @@ class FleetView:
         return sum(len(h.gpus) for h in self.hosts)
 
 
-def _value(sample: dict[str, Any]) -> float | None:
-    try:
-        v = float(sample["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-    return None if math.isnan(v) or math.isinf(v) else v
-
-
-def on_grid(values: Iterable[list[Any]], start: float, step: float, points: int
+def on_grid(values: Iterable[tuple[float, float | None]], start: float, step: float, points: int
             ) -> tuple[float | None, ...]:
-    """A range query's [time, "value"] pairs placed on the window's grid; None where none fell."""
+    """A range query's (time, value) pairs (finite times: promql checked them) placed on the window's
+    grid; None where none fell."""
     series: list[float | None] = [None] * points
     for t, v in values:
-        i = round((float(t) - start) / step)
+        i = round((t - start) / step)
         if 0 <= i < points:
-            series[i] = _value({"value": [t, v]})
+            series[i] = v
     return tuple(series)
 
 
@@ -229,10 +232,18 @@ class FleetReader:
         try:
             view = self._read()
         except PrometheusError as err:
-            view = replace(self.view, error=str(err), failures=self.view.failures + 1,
-                           refused=isinstance(err, QueryRefused))
+            view = self._failed(str(err), refused=isinstance(err, QueryRefused),
+                                bad_answer=isinstance(err, BadAnswer))
+        except Exception as err:  # a bug here must not end the refresh loop: it is the banner's line
+            view = self._failed(f"could not make sense of Prometheus's answer: {type(err).__name__}: {err}",
+                                bad_answer=True)
         self.view = replace(view, queries=self.prometheus.requests - before)
         return self.view
+
+    def _failed(self, error: str, refused: bool = False, bad_answer: bool = False) -> FleetView:
+        """The last view, kept, with why this refresh failed."""
+        return replace(self.view, error=error, failures=self.view.failures + 1, refused=refused,
+                       bad_answer=bad_answer)
 
     def _read(self) -> FleetView:
         now = self.clock()
@@ -255,9 +266,8 @@ class FleetReader:
         return FleetView(hosts=tuple(hosts), start=start, end=end, step=self.step, fetched_at=now,
                          detail=detail)
 
-    def _hosts(self, util_range: list[dict[str, Any]], latest: list[dict[str, Any]],
-               ours: list[dict[str, Any]], dips: list[dict[str, Any]], up: list[dict[str, Any]],
-               start: float, now: float) -> list[FleetHost]:
+    def _hosts(self, util_range: list[Series], latest: list[Sample], ours: list[Sample], dips: list[Sample],
+               up: list[Sample], start: float, now: float) -> list[FleetHost]:
         gpus: dict[str, dict[str, dict[str, Any]]] = {}  # host -> gpu -> FleetGpu's fields
         targets: dict[str, tuple[str, str]] = {}  # host -> (job, instance)
         seen: dict[str, float] = {}  # host -> time of its newest sample in the window
@@ -269,20 +279,19 @@ class FleetReader:
             first = {"uuid": labels.get("UUID", ""), "model": labels.get("modelName", "")}
             return gpus.setdefault(host, {}).setdefault(labels.get("gpu", "?"), first)
 
-        for s in util_range:
-            values = s.get("values") or ()
-            if values:
-                host = host_name(s["metric"])
-                seen[host] = min(now, max(seen.get(host, 0.0), float(values[-1][0])))
-            gpu_of(s["metric"])["series"] = on_grid(values, start, self.step, self.points)
+        for r in util_range:
+            if r.points:
+                host = host_name(r.labels)
+                seen[host] = min(now, max(seen.get(host, 0.0), r.points[-1][0]))
+            gpu_of(r.labels)["series"] = on_grid(r.points, start, self.step, self.points)
         for s in latest:
-            name = LATEST_FIELDS.get(s["metric"].get("__name__", ""))
+            name = LATEST_FIELDS.get(s.labels.get("__name__", ""))
             if name:
-                gpu_of(s["metric"])[name] = _value(s)
-                fresh.add(host_name(s["metric"]))
+                gpu_of(s.labels)[name] = s.value
+                fresh.add(host_name(s.labels))
         zombies: dict[str, dict[str, int]] = {}
         for s in ours:
-            labels, value = s["metric"], _value(s)
+            labels, value = s.labels, s.value
             host, metric = host_name(labels), labels.get("__name__", "")
             zombies.setdefault(host, {})
             if metric == "gputui_zombie_processes" and value is not None:
@@ -292,9 +301,9 @@ class FleetReader:
             elif metric == "gputui_gpu_in_dip" and host in gpus:
                 gpu_of(labels)["in_dip"] = bool(value)
         for s in dips:
-            if host_name(s["metric"]) in gpus:
-                gpu_of(s["metric"])["dips"] = _value(s)
-        down = {(s["metric"].get("job", ""), s["metric"].get("instance", "")) for s in up if _value(s) == 0}
+            if host_name(s.labels) in gpus:
+                gpu_of(s.labels)["dips"] = s.value
+        down = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in up if s.value == 0}
 
         previous = {h.name: h for h in self.view.hosts}
         hosts = []
@@ -326,21 +335,19 @@ class FleetReader:
         sel = self._selector(label)
         mem = q.query_range(f"100 * DCGM_FI_DEV_FB_USED{sel} / (DCGM_FI_DEV_FB_USED{sel} + "
                             f"DCGM_FI_DEV_FB_FREE{sel})", start, end, self.step)
-        processes = sorted((FleetProcess(s["metric"].get("gpu", "?"), s["metric"].get("pid", "?"),
-                                         s["metric"].get("user", ""), s["metric"].get("command", ""),
-                                         s["metric"].get("class", ""), _value(s) or 0.0)
+        processes = sorted((FleetProcess(s.labels.get("gpu", "?"), s.labels.get("pid", "?"),
+                                         s.labels.get("user", ""), s.labels.get("command", ""),
+                                         s.labels.get("class", ""), s.value or 0.0)
                             for s in procs), key=lambda p: (-p.memory, p.gpu, p.pid))
         by_agent: dict[tuple[str, str], dict[str, Any]] = {}
         for s in agents:
-            labels = s["metric"]
+            labels = s.labels
             entry = by_agent.setdefault((labels.get("pid", "?"), labels.get("cuda_device", "")),
                                         {"command": labels.get("command", ""), "values": {}})
-            value = _value(s)
-            if value is not None:
-                entry["values"][labels.get("__name__", "").removeprefix("gputui_agent_")] = value
+            if s.value is not None:
+                entry["values"][labels.get("__name__", "").removeprefix("gputui_agent_")] = s.value
         agent_rows = tuple(FleetAgent(pid, e["command"], dev, e["values"])
                            for (pid, dev), e in sorted(by_agent.items()))
-        mem_series = {s["metric"].get("gpu", "?"): on_grid(s.get("values") or (), start, self.step,
-                                                          self.points)
-                      for s in mem}
+        mem_series = {r.labels.get("gpu", "?"): on_grid(r.points, start, self.step, self.points)
+                      for r in mem}
         return HostDetail(host, tuple(processes), agent_rows, mem_series)

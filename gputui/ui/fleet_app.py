@@ -144,9 +144,24 @@ class FleetApp(App[int]):
         yield self.table
         yield KeyBar()
 
-    async def run_async(self, **kwargs: Any) -> int | None:
+    async def run_async(self, **kwargs: Any) -> int:
         hangup.guard(self._on_signal, terminal=not kwargs.get("headless"))
-        return await super().run_async(**kwargs)
+        await super().run_async(**kwargs)
+        return self.exit_status
+
+    @property
+    def exit_status(self) -> int:
+        """The process's exit status. After a crash Textual sets return_code 1 and leaves the return
+        value None, which read as 0: a crash looked like a clean quit."""
+        return self.return_code or self.return_value or 0
+
+    @property
+    def crash(self) -> str | None:
+        """Why the app crashed, in one line; None when it did not."""
+        if not self.return_code:
+            return None
+        error = getattr(self, "_exception", None)  # Textual keeps the first unhandled exception there
+        return "unknown error" if error is None else f"{type(error).__name__}: {error}"
 
     def on_mount(self) -> None:
         self._apply_palette()
@@ -175,7 +190,10 @@ class FleetApp(App[int]):
             # After a failure retry sooner, backing off: 2, 4, 8 ... seconds, never past the interval.
             delay = self.interval if view.error is None else min(self.interval, 2.0 ** min(view.failures, 6))
             self.banner.retry_at = time.monotonic() + delay
-            self.post_message(FleetReady(view))
+            try:
+                self.post_message(FleetReady(view))
+            except RuntimeError:  # the app closed its loop while this thread waited on Prometheus
+                return
             self._wake.wait(delay)
             self._wake.clear()
 
@@ -229,7 +247,9 @@ class FleetApp(App[int]):
         self.table.focus()
 
     def on_unmount(self) -> None:
-        # However the app ends, the refresh thread must not sleep out its interval: the process waits.
+        # However the app ends, the refresh thread must not sleep out its interval, nor wait out a
+        # request that hangs: it is abandoned (a daemon thread), and its request is cut now.
         self._stop.set()
         self._wake.set()
+        self.reader.prometheus.close()
 

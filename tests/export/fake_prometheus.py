@@ -14,10 +14,12 @@ answered as Prometheus answers a bad query: HTTP 400 with its error JSON.
         fake.delay = 2.0                  # answer late
         fake.refusal = "parse error"      # HTTP 400 {"status":"error",...}
         fake.raw = (200, "text/html", b"<html>")  # any answer at all
+        fake.takeover = drip(...)                 # the handler answers as it likes (hostile_prometheus.py)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -28,6 +30,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+# (handler, endpoint, form parameters): writes whatever answer it likes, status line included.
+Takeover = Callable[[BaseHTTPRequestHandler, str, dict[str, str]], None]
 
 MODEL = "NVIDIA H100 80GB HBM3"
 FB_TOTAL = 81559.0  # MiB, as dcgm-exporter reports FB_USED + FB_FREE for an H100
@@ -126,6 +131,7 @@ class FakePrometheus:
         self.delay = 0.0  # seconds before each answer
         self.refusal: str | None = None  # answer every query with HTTP 400 and this error
         self.raw: tuple[int, str, bytes] | None = None  # answer every query with (status, type, body)
+        self.takeover: Takeover | None = None  # answer every request with this instead
         self.port = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -193,6 +199,11 @@ class FakePrometheus:
         self._server = self._thread = None
 
     @property
+    def stopping(self) -> threading.Event:
+        """Set when the server stops: an answer that takes its time (a drip) must end then."""
+        return self._release
+
+    @property
     def running(self) -> bool:
         return self._server is not None
 
@@ -226,6 +237,11 @@ class FakePrometheus:
                                                   self.headers.get("Content-Type", ""), params))
                 if fake.delay and release.wait(fake.delay):
                     return  # stopped while waiting: the client gave up long ago
+                takeover = fake.takeover
+                if takeover is not None:
+                    with contextlib.suppress(OSError):  # the client went away, as one that gave up does
+                        takeover(self, endpoint, params)
+                    return
                 status, kind, body = fake.answer(endpoint, params)
                 try:
                     self.send_response(status)

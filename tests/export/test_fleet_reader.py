@@ -122,8 +122,8 @@ def test_utilization_series_lie_on_the_step_grid_with_gaps_as_none(fake: FakePro
 
 def test_on_grid_places_samples_on_the_nearest_step() -> None:
     start, step = 1000.0, 10.0
-    values = [[start + 0.4, "1"], [start + 19.6, "2"], [start + 30, "NaN"], [start + 40, "+Inf"],
-              [start - 10, "9"], [start + 50, "9"], [start + 41, "4"]]
+    values = [(start + 0.4, 1.0), (start + 19.6, 2.0), (start + 30, None), (start + 40, None),
+              (start - 10, 9.0), (start + 50, 9.0), (start + 41, 4.0)]
     assert on_grid(values, start, step, 5) == (1.0, None, 2.0, None, 4.0)
     assert on_grid([], start, step, 3) == (None, None, None)
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from gputui.export.promql import (
+    BadAnswer,
     Prometheus,
     PrometheusError,
     QueryRefused,
@@ -43,8 +44,8 @@ def _one_line(err: pytest.ExceptionInfo[PrometheusError]) -> str:
 
 def test_instant_query_is_a_form_encoded_post(fake: FakePrometheus) -> None:
     result = Prometheus(fake.url).query("up", at=1_700_000_000.25)
-    assert sorted((s["metric"]["instance"], s["value"]) for s in result) == [
-        ("10.0.0.1:9400", [1_700_000_000.25, "1.0"]), ("10.0.0.2:9400", [1_700_000_000.25, "1.0"])]
+    assert sorted((s.labels["instance"], s.time, s.value) for s in result) == [
+        ("10.0.0.1:9400", 1_700_000_000.25, 1.0), ("10.0.0.2:9400", 1_700_000_000.25, 1.0)]
     [sent] = fake.received
     assert (sent.method, sent.path) == ("POST", "/api/v1/query")
     assert sent.content_type == "application/x-www-form-urlencoded"
@@ -63,8 +64,8 @@ def test_range_query_sends_start_end_and_step(fake: FakePrometheus) -> None:
     assert sent.path == "/api/v1/query_range"
     assert sent.params == {"query": 'DCGM_FI_DEV_GPU_UTIL{Hostname="node001"}', "start": "1700000000.000",
                            "end": "1700000060.000", "step": "15"}
-    assert sorted(s["metric"]["gpu"] for s in result) == ["0", "1"]  # the matcher reached the server
-    assert [t for t, _ in result[0]["values"]] == [1_700_000_000 + 15 * k for k in range(5)]
+    assert sorted(s.labels["gpu"] for s in result) == ["0", "1"]  # the matcher reached the server
+    assert [t for t, _ in result[0].points] == [1_700_000_000 + 15 * k for k in range(5)]
 
 
 def test_a_fractional_step_is_sent_as_it_is(fake: FakePrometheus) -> None:
@@ -153,7 +154,8 @@ def test_an_answer_not_shaped_like_prometheus(fake: FakePrometheus, answer: tupl
     with pytest.raises(PrometheusError) as err:
         Prometheus(fake.url).query("up")
     assert not isinstance(err.value, QueryRefused)
-    assert _one_line(err) == f"{fake.url} did not answer as Prometheus's HTTP API does"
+    assert _one_line(err).startswith(f"{fake.url} did not answer as Prometheus's HTTP API does: ")
+    assert isinstance(err.value, BadAnswer)
 
 
 def test_http_500_without_json_names_the_status(fake: FakePrometheus) -> None:
@@ -259,4 +261,4 @@ def test_an_escaped_label_value_selects_the_host_of_that_name(fake: FakePromethe
     odd = 'gpu "box"\\7'
     fake.add_host(odd, gpus=1)
     result = Prometheus(fake.url).query(f'{{__name__=~"DCGM_FI_DEV_(GPU_UTIL)",Hostname={label_value(odd)}}}')
-    assert [s["metric"]["Hostname"] for s in result] == [odd]
+    assert [s.labels["Hostname"] for s in result] == [odd]
