@@ -19,7 +19,7 @@ from typing import Any
 ANNOTATIONS = frozenset({"$schema", "$id", "title", "description"})
 KEYWORDS = frozenset({"type", "const", "enum", "properties", "required", "additionalProperties", "items",
                       "minimum", "maximum", "pattern", "propertyNames"})
-LIMIT = 2.0 ** 63
+LIMIT = 2 ** 63  # an int: comparing a 400-digit integer with a float overflows
 
 
 class SchemaError(ValueError):
@@ -63,7 +63,7 @@ def check(value: Any, schema: Mapping[str, Any], where: str = "$") -> None:
 
 
 def _check_number(value: int | float, schema: Mapping[str, Any], where: str) -> None:
-    if not math.isfinite(value) or not -LIMIT <= value <= LIMIT:
+    if (isinstance(value, float) and not math.isfinite(value)) or not -LIMIT <= value <= LIMIT:
         raise SchemaError(f"{where}: {_short(value)} is out of range")
     if "minimum" in schema and value < schema["minimum"]:
         raise SchemaError(f"{where}: {value} is below {schema['minimum']}")

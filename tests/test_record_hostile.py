@@ -8,19 +8,25 @@ ignored (as a shell does with `ulimit -f`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
-from gputui.jsonout import snapshot_to_dict
-from gputui.record import Recorder, RecordError, read_recording
+from gputui import record, schema_check
+from gputui.collect.replay import ReplaySampler
+from gputui.jsonout import schema, snapshot_to_dict
+from gputui.record import MAX_LINE, Recorder, RecordError, load_recording, read_recording
+from gputui.schema_check import SchemaError
 from tests.test_record import DEMO, assert_valid, finish, gputui, start, without_hosts, world_snaps
 
 TIMEOUT = 60
@@ -210,3 +216,188 @@ def test_appending_after_a_cut_line_starts_a_new_line(tmp_path: Path) -> None:
     back, bad = read_recording(path)
     assert bad == 1 and len(back) == 3  # only the cut line is lost, not the first new one
     assert back[1:] == [without_hosts(s) for s in snaps[1:]]
+
+
+# -- replay: a recording is anyone's file ---------------------------------------------------------------
+
+
+def valid_record(**changes: object) -> dict[str, object]:
+    return {**snapshot_to_dict(world_snaps(1)[0]), **changes}
+
+
+def with_gpu(**changes: object) -> dict[str, object]:
+    doc = valid_record()
+    doc["gpus"] = [{**doc["gpus"][0], **changes}]  # type: ignore[index, dict-item]
+    return doc
+
+
+def with_process(**changes: object) -> dict[str, object]:
+    doc = valid_record()
+    doc["processes"] = [{**doc["processes"][0], **changes}]  # type: ignore[index, dict-item]
+    return doc
+
+
+def line_of(doc: dict[str, object]) -> str:
+    return json.dumps(doc, allow_nan=True)
+
+
+CRAFTED = {
+    "deep-array": "[" * 200_000,
+    "deep-agent": line_of(valid_record())[:-1] + ', "x": ' + '{"a":' * 200_000,
+    "deep-agent-reply": line_of(valid_record(agents={"1": {}}))[:-3] + '{"a": ' * 5_000 + "1" + "}" * 5_002,
+    "gpus-a-string": line_of(valid_record(gpus="x")),
+    "index-a-string": line_of(with_gpu(index="0")),
+    "index-a-bool": line_of(with_gpu(index=True)),
+    "index-a-float": line_of(with_gpu(index=0.0)),
+    "time-nan": line_of(valid_record(time=float("nan"))),
+    "time-infinity": line_of(valid_record(time=float("inf"))),
+    "time-1e999": line_of(valid_record())[:-1] + ', "time": 1e999}',
+    "time-beyond-year-9999": line_of(valid_record(time=1e12)),
+    "power-nan": line_of(with_gpu(power=float("nan"))),
+    "memory-huge-integer": line_of(with_gpu(mem_used=10 ** 400)),
+    "memory-5000-digits": line_of(valid_record())[:-1] + ', "unreadable_fds": ' + "9" * 5000 + "}",
+    "util-over-100": line_of(with_gpu(util_gpu=101)),
+    "pid-negative": line_of(with_process(pid=-4)),
+    "command-a-number": line_of(with_process(command=7)),
+    "kinds-with-newline": line_of(with_process(kinds="C\n")),
+    "category-unknown": line_of(with_process(category="\x1b[31mfine")),
+    "unaccounted-key-with-newline": line_of(valid_record(unaccounted_memory={"0\n": 1})),
+    "unaccounted-key-arabic-digit": line_of(valid_record(unaccounted_memory={"\u0663": 1})),
+    "agent-not-an-object": line_of(valid_record(agents={"1": [1, 2]})),
+    "field-unknown": line_of(valid_record(extra=1)),
+    "field-missing": line_of({k: v for k, v in valid_record().items() if k != "gpus"}),
+    "schema-version-true": line_of(valid_record(schema_version=True)),
+    "not-an-object": "[1, 2, 3]",
+}
+
+
+@pytest.mark.parametrize("line", CRAFTED.values(), ids=CRAFTED.keys())
+def test_a_crafted_line_is_counted_and_a_valid_line_after_it_still_replays(tmp_path: Path, line: str) -> None:
+    good = world_snaps(2)
+    path = tmp_path / "crafted.jsonl"
+    first, last = (line_of(snapshot_to_dict(s)) for s in good)
+    path.write_text(f"{first}\n{line}\n{last}\n")
+    found = load_recording(path)
+    assert found.snapshots == [without_hosts(s) for s in good] and found.bad == 1, found.first_bad
+    assert found.first_bad.startswith("line 2: ") and found.first_bad.isprintable(), found.first_bad
+
+
+def test_the_checker_refuses_what_the_schema_refuses_and_what_is_not_finite() -> None:
+    """The hand-written checker against the jsonschema package on the crafted lines that are JSON: the
+    checker refuses every one; the package lets through only the checker's extras (NaN, or
+    out-of-range numbers, `$` before a newline, an integer written 0.0). What the recorder writes passes
+    both."""
+    validator = Draft202012Validator(schema())
+    extras = {"time-nan", "power-nan", "memory-huge-integer",
+              "kinds-with-newline", "unaccounted-key-with-newline", "index-a-float"}
+    for name, line in CRAFTED.items():
+        try:
+            doc = json.loads(line)
+        except (ValueError, RecursionError):
+            continue  # not JSON (or too deep for Python's parser): refused before any schema
+        assert validator.is_valid(doc) == (name in extras), name
+        with pytest.raises(SchemaError):
+            schema_check.check(doc, schema())
+    for snap in world_snaps(8):
+        doc = snapshot_to_dict(snap)
+        assert validator.is_valid(doc)
+        schema_check.check(doc, schema())
+
+
+def test_the_schema_uses_only_what_the_checker_knows() -> None:
+    schema_check.supported(schema())
+    with pytest.raises(SchemaError, match="oneOf"):
+        schema_check.supported({"type": "object", "properties": {"a": {"oneOf": []}}})
+
+
+def test_a_huge_line_is_skipped_without_being_held(tmp_path: Path) -> None:
+    good = world_snaps(2)
+    path = tmp_path / "huge.jsonl"
+    with open(path, "w") as f:
+        f.write(line_of(snapshot_to_dict(good[0])) + "\n")
+        f.write('{"schema_version": 1, "hostname": "' + "x" * (MAX_LINE + 10) + '"}\n')
+        f.write(line_of(snapshot_to_dict(good[1])) + "\n")
+        f.write("y" * (3 * MAX_LINE))  # and a last line without its newline
+    found = load_recording(path)
+    assert found.snapshots == [without_hosts(s) for s in good] and found.bad == 2
+    assert "longer than 4.0 MiB" in found.first_bad
+
+
+def test_strings_of_a_recording_are_printable_when_read(tmp_path: Path) -> None:
+    doc = with_process(command="python \x1b]52;c;cHduZWQ=\x07train.py", user="\x1b[2Jeve", name="\x9bevil",
+                       reason="\u202eesrever", devices=["/dev/nvidia0\x1b[0m"])
+    doc.update(hostname="box\x1b]0;title\x07", errors=["\x1b[31mred"])
+    doc["gpus"][0]["name"] = "H100\x07"  # type: ignore[index]
+    path = tmp_path / "escapes.jsonl"
+    path.write_text(line_of(doc) + "\n")
+    (snap,) = load_recording(path).snapshots
+    proc, gpu = snap.processes[0], snap.gpus[0]
+    assert snap.hostname == "box?]0;title?" and proc.command == "python ?]52;c;cHduZWQ=?train.py"
+    assert (proc.user, proc.name, proc.reason, proc.devices) == ("?[2Jeve", "?evil", "?esrever",
+                                                                  ("/dev/nvidia0?[0m",))
+    assert snap.errors == ("?[31mred",) and gpu.name == "H100?"
+
+
+def wait_with_usage(proc: subprocess.Popen[str], timeout: float) -> resource.struct_rusage | None:
+    """Reap `proc` within `timeout` and return its resource usage (its peak RSS); None if it did not end
+    (it is killed then)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: tell Popen
+            return usage
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=10)
+    return None
+
+
+def test_replay_of_dev_zero_ends_in_bounded_time_and_memory() -> None:
+    """/dev/zero is one endless line: skipped as it comes, and reading stops at MAX_READ."""
+    def at_most_2_gib() -> None:  # the old reader grew until this limit; the machine is shared
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    proc = subprocess.Popen([sys.executable, "-m", "gputui", "replay", "/dev/zero"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=at_most_2_gib)
+    usage = wait_with_usage(proc, TIMEOUT)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert usage is not None, "gputui replay /dev/zero did not end"
+    assert proc.returncode == 2 and "Traceback" not in err and err.count("\n") == 1, err
+    assert "no gputui snapshot" in err and "longer than" in err
+    assert usage.ru_maxrss < 200 * 1024, usage.ru_maxrss  # KiB: one chunk and one line at most
+
+
+def test_load_recording_stops_at_its_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "long.jsonl"
+    snaps = world_snaps(8)
+    path.write_text("".join(line_of(snapshot_to_dict(s)) + "\n" for s in snaps))
+    monkeypatch.setattr(record, "MAX_SNAPSHOTS", 3)
+    found = load_recording(path)
+    assert len(found.snapshots) == 3 and found.stopped.startswith("stopped after 3 snapshots")
+    monkeypatch.setattr(record, "MAX_SNAPSHOTS", 100)
+    monkeypatch.setattr(record, "MAX_READ", path.stat().st_size // 2)
+    found = load_recording(path)
+    assert 0 < len(found.snapshots) < 8 and found.stopped.startswith("stopped after reading")
+
+
+def test_replay_of_crafted_lines_only_exits_2_and_says_why(tmp_path: Path) -> None:
+    path = tmp_path / "crafted.jsonl"
+    path.write_text("\n".join(CRAFTED.values()) + "\n")
+    result = gputui("replay", path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "no gputui snapshot" in result.stderr
+    assert "line 1: nested too deep" in result.stderr
+
+
+def test_replay_interval_is_the_recording_spacing_within_bounds() -> None:
+    snaps = world_snaps(3)
+    assert ReplaySampler.interval_of(snaps) == pytest.approx(1.0)
+    assert ReplaySampler.interval_of(snaps, speed=4) == pytest.approx(0.25)
+    jumped = [snaps[0], dataclasses.replace(snaps[1], time=snaps[0].time + 1e9)]
+    assert ReplaySampler.interval_of(jumped) == ReplaySampler.MAX_INTERVAL
+    backwards = [snaps[1], snaps[0]]
+    assert ReplaySampler.interval_of(backwards) == ReplaySampler.MIN_INTERVAL
