@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from gputui import schema_check
 from gputui.jsonout import schema, snapshot_from_dict, snapshot_to_dict
@@ -239,8 +239,7 @@ def parse_line(line: bytes | None) -> Snapshot:
         raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
     if isinstance(data, dict):
         data.setdefault("agents", {})  # a recording from before the agent existed
-    schema_check.check(data, _snapshot_schema())
-    data = {k: v if k == "agents" else _printable_strings(v) for k, v in data.items()}
+    data = _snapshot_checker()(data)  # checked, and every string but the agents' replies printable
     try:
         return snapshot_from_dict(data)
     except (TypeError, AttributeError, KeyError, RecursionError) as err:
@@ -252,22 +251,8 @@ def _no_constant(name: str) -> float:
 
 
 @lru_cache(maxsize=1)
-def _snapshot_schema() -> dict[str, Any]:
-    doc = schema()
-    schema_check.supported(doc)
-    return doc
-
-
-def _printable_strings(value: Any) -> Any:
-    """Every string in `value` with its control characters replaced. Its depth is bounded: it runs on
-    documents the schema has checked."""
-    if isinstance(value, str):
-        return printable(value)
-    if isinstance(value, list):
-        return [_printable_strings(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _printable_strings(v) for k, v in value.items()}
-    return value
+def _snapshot_checker() -> schema_check.Checker:
+    return schema_check.Checker(schema(), text=printable)
 
 
 class _BoundedLines:
