@@ -149,22 +149,23 @@ def record_command(argv: list[str]) -> int:
     """`gputui record FILE`: snapshots as JSON Lines (or CSV) until --duration, Ctrl-C or SIGTERM.
     Exit 0: done; 1: writing failed on the way (a full disk, a closed pipe); 2: could not start."""
     ap = _Parser(prog="gputui record", description="Record snapshots without the UI.")
-    ap.add_argument("file", type=Path, help="where to append the snapshots; - for standard output")
+    ap.add_argument("file", help="where to append the snapshots; - for standard output (./- for a file)")
     ap.add_argument("--interval", type=_interval, default=1.0, metavar="S")
     ap.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
     ap.add_argument("--max-size", type=_positive, metavar="MB", help="rotate the file at this size")
     ap.add_argument("--csv", action="store_true", help="nvidia-smi-style CSV columns instead of JSON Lines")
     _source_flags(ap)
     args = ap.parse_args(argv)
-    from gputui.record import STDOUT, Recorder, RecordError
+    from gputui.record import Recorder, RecordError
 
-    if args.file == STDOUT and args.max_size:
+    path = None if args.file == "-" else Path(args.file)
+    if path is None and args.max_size:
         ap.error("--max-size needs a file to rotate, not - (standard output)")
-    if args.file != STDOUT and not args.file.parent.is_dir():
-        ap.error(f"no such directory: {args.file.parent}")
+    if path is not None and not path.parent.is_dir():
+        ap.error(f"no such directory: {path.parent}")
     from gputui.collect.sampler import Sampler
 
-    recorder = Recorder(args.file, as_csv=args.csv,
+    recorder = Recorder(path, as_csv=args.csv,
                         max_bytes=int(args.max_size * 1e6) if args.max_size else None)
     try:
         recorder.open()
@@ -184,7 +185,7 @@ def record_command(argv: list[str]) -> int:
         return 1
     finally:
         recorder.close()
-    print(f"gputui record: {recorder.written} snapshots {'to' if args.file == STDOUT else 'in'} "
+    print(f"gputui record: {recorder.written} snapshots {'in' if path else 'to'} "
           f"{recorder.where}", file=sys.stderr)
     return 0
 

@@ -70,21 +70,22 @@ def _last_byte(fd: int) -> bytes:
         os.close(reader)
 
 
+STDOUT_FD = 1
+
+
 class RecordError(Exception):
     """Writing the recording failed (a full disk, a closed pipe, a read-only file): its one-line reason."""
 
 
-STDOUT = Path("-")  # `gputui record -`: standard output
-
-
 class Recorder:
-    """Appends snapshots to `path` (STDOUT: standard output); past `max_bytes` the file rotates (path.1,
+    """Appends snapshots to `path` (None: standard output); past `max_bytes` the file rotates (path.1,
     path.2, ...). Each record is one complete line: written whole, or, when the disk fills or a signal
     comes in the middle of it, cut back off, so that the file always ends on a whole line."""
 
-    def __init__(self, path: Path, as_csv: bool = False, max_bytes: int | None = None) -> None:
-        self.path, self.as_csv, self.max_bytes = path, as_csv, max_bytes
-        self.to_stdout = path == STDOUT
+    def __init__(self, path: Path | None, as_csv: bool = False, max_bytes: int | None = None) -> None:
+        # (`path` stays a Path for the type's sake; to_stdout decides where the records go)
+        self.path, self.as_csv, self.max_bytes = path or Path("/dev/stdout"), as_csv, max_bytes
+        self.to_stdout = path is None
         self._fd: int | None = None
         self._pending = b""  # written before the next record: the CSV header, or a newline
         self.written = 0
@@ -98,7 +99,9 @@ class Recorder:
         if self._fd is not None:
             return
         if self.to_stdout:
-            self._fd = sys.stdout.fileno()
+            if sys.stdout is None:  # started with it closed: fd 1 may be any file opened since
+                raise RecordError("cannot write to standard output: it is closed")
+            self._fd = STDOUT_FD
             self._pending = self._csv_header() if self.as_csv else b""
             return
         try:

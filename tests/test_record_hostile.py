@@ -401,3 +401,35 @@ def test_replay_interval_is_the_recording_spacing_within_bounds() -> None:
     assert ReplaySampler.interval_of(jumped) == ReplaySampler.MAX_INTERVAL
     backwards = [snaps[1], snaps[0]]
     assert ReplaySampler.interval_of(backwards) == ReplaySampler.MIN_INTERVAL
+
+
+def test_an_agent_reply_nested_as_deep_as_json_allows_never_crashes_the_reader(tmp_path: Path) -> None:
+    """Within what Python's parser takes, the reply is the agent parser's to judge: a snapshot with it is
+    read (the reply refused inside it) or counted, never an exception."""
+    deep = {"progress": {}}
+    for _ in range(900):
+        deep = {"a": deep}
+    good = world_snaps(1)[0]
+    path = tmp_path / "deep-agent.jsonl"
+    path.write_text(f"{line_of(valid_record(agents={'42': deep}))}\n{line_of(snapshot_to_dict(good))}\n")
+    found = load_recording(path)
+    assert found.snapshots[-1] == without_hosts(good) and len(found.snapshots) + found.bad == 2
+
+
+def test_record_to_dot_slash_dash_writes_a_file_named_dash(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "gputui", "record", "./-", *DEMO, "--duration", "1"],
+                            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    result = finish(proc)
+    assert result.returncode == 0 and result.stdout == "", result.stderr
+    assert whole_lines(tmp_path / "-")
+
+
+def test_record_to_a_closed_standard_output_exits_2_with_one_line(tmp_path: Path) -> None:
+    """Started with fd 1 closed, the next file opened would take fd 1: nothing is written anywhere."""
+    proc = subprocess.Popen([sys.executable, "-m", "gputui", "record", "-", *DEMO, "--duration", "5"],
+                            cwd=tmp_path, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: os.close(1))
+    err = one_error_line(finish(proc), 2)
+    assert "cannot write to standard output: it is closed" in err
+    assert list(tmp_path.iterdir()) == []
