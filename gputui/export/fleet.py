@@ -35,6 +35,13 @@ LATEST_FIELDS = {"DCGM_FI_DEV_GPU_UTIL": "util", "DCGM_FI_DEV_FB_USED": "mem_use
                  "DCGM_FI_DEV_FB_FREE": "mem_free", "DCGM_FI_DEV_GPU_TEMP": "temperature",
                  "DCGM_FI_DEV_POWER_USAGE": "power"}
 SORTS = ("name", "busy", "idle", "memory", "dips", "zombies")
+# What each value can be; outside it, a value is a lie, shown as unknown (a 300-digit "utilization"
+# pushed every column off the screen). Memory of the DCGM fields in MiB, of gputui's in bytes.
+PERCENT = (0.0, 100.0)
+LIMITS = {"util": PERCENT, "mem_used": (0.0, 2.0**30), "mem_free": (0.0, 2.0**30),
+          "temperature": (-273.0, 1000.0), "power": (0.0, 1e6)}
+BYTES = (0.0, 2.0**50)  # a PiB
+COUNT = (0.0, 1e9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,15 +176,20 @@ class FleetView:
         return sum(len(h.gpus) for h in self.hosts)
 
 
+def within(value: float | None, bounds: tuple[float, float]) -> float | None:
+    """`value` if it lies within `bounds`, else None (unknown)."""
+    return value if value is not None and bounds[0] <= value <= bounds[1] else None
+
+
 def on_grid(values: Iterable[tuple[float, float | None]], start: float, step: float, points: int
             ) -> tuple[float | None, ...]:
-    """A range query's (time, value) pairs (finite times: promql checked them) placed on the window's
-    grid; None where none fell."""
+    """A range query's (time, percent) pairs (finite times: promql checked them) placed on the window's
+    grid; None where none fell, or where the value is no percentage."""
     series: list[float | None] = [None] * points
     for t, v in values:
         i = round((t - start) / step)
         if 0 <= i < points:
-            series[i] = v
+            series[i] = within(v, PERCENT)
     return tuple(series)
 
 
@@ -287,22 +299,22 @@ class FleetReader:
         for s in latest:
             name = LATEST_FIELDS.get(s.labels.get("__name__", ""))
             if name:
-                gpu_of(s.labels)[name] = s.value
+                gpu_of(s.labels)[name] = within(s.value, LIMITS[name])
                 fresh.add(host_name(s.labels))
         zombies: dict[str, dict[str, int]] = {}
         for s in ours:
             labels, value = s.labels, s.value
             host, metric = host_name(labels), labels.get("__name__", "")
             zombies.setdefault(host, {})
-            if metric == "gputui_zombie_processes" and value is not None:
-                zombies[host][labels.get("class", "?")] = int(value)
+            if metric == "gputui_zombie_processes" and (count := within(value, COUNT)) is not None:
+                zombies[host][labels.get("class", "?")] = int(count)
             elif metric == "gputui_unaccounted_memory_bytes" and host in gpus:
-                gpu_of(labels)["unaccounted"] = value
+                gpu_of(labels)["unaccounted"] = within(value, BYTES)
             elif metric == "gputui_gpu_in_dip" and host in gpus:
                 gpu_of(labels)["in_dip"] = bool(value)
         for s in dips:
             if host_name(s.labels) in gpus:
-                gpu_of(s.labels)["dips"] = s.value
+                gpu_of(s.labels)["dips"] = within(s.value, COUNT)
         down = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in up if s.value == 0}
 
         previous = {h.name: h for h in self.view.hosts}
@@ -337,15 +349,17 @@ class FleetReader:
                             f"DCGM_FI_DEV_FB_FREE{sel})", start, end, self.step)
         processes = sorted((FleetProcess(s.labels.get("gpu", "?"), s.labels.get("pid", "?"),
                                          s.labels.get("user", ""), s.labels.get("command", ""),
-                                         s.labels.get("class", ""), s.value or 0.0)
+                                         s.labels.get("class", ""), within(s.value, BYTES) or 0.0)
                             for s in procs), key=lambda p: (-p.memory, p.gpu, p.pid))
         by_agent: dict[tuple[str, str], dict[str, Any]] = {}
         for s in agents:
             labels = s.labels
             entry = by_agent.setdefault((labels.get("pid", "?"), labels.get("cuda_device", "")),
                                         {"command": labels.get("command", ""), "values": {}})
-            if s.value is not None:
-                entry["values"][labels.get("__name__", "").removeprefix("gputui_agent_")] = s.value
+            name = labels.get("__name__", "").removeprefix("gputui_agent_")
+            value = within(s.value, PERCENT if name.endswith("_percent") else BYTES)
+            if value is not None:  # the rest are bytes and counts: a PiB bounds both
+                entry["values"][name] = value
         agent_rows = tuple(FleetAgent(pid, e["command"], dev, e["values"])
                            for (pid, dev), e in sorted(by_agent.items()))
         mem_series = {r.labels.get("gpu", "?"): on_grid(r.points, start, self.step, self.points)

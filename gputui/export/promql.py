@@ -27,6 +27,9 @@ from typing import Any
 from gputui.units import printable
 
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # the fleet's answers are a few MiB at 1000 hosts
+# JSON values in one answer. Parsed, each costs up to ~70 bytes (an empty list: 56, a dict: 64 and up):
+# 64 MiB of "[[],[],..." became 1.7 GB. A range query over 1000 hosts x 8 GPUs has 1.7 million.
+MAX_JSON_VALUES = 3_000_000
 MAX_ERROR_BODY_BYTES = 64 * 1024  # an HTTP error's body: its reason, if it is Prometheus's JSON
 MAX_LABEL_CHARS = 1024  # a label value longer than this is cut: it is drawn in one table cell
 MAX_ERROR_CHARS = 300  # an error is one line of the banner
@@ -109,10 +112,16 @@ def _no_constant(name: str) -> None:
     raise _Shape(f"{name} is not JSON")  # json.loads takes NaN and Infinity unless told
 
 
-def _document(body: bytes) -> dict[str, Any]:
+def _json_values(text: str) -> int:
+    """At least the number of values in the JSON `text` (each one but the first follows one of these)."""
+    return 1 + sum(text.count(c) for c in "[{,:")
+
+
+def _document(text: str) -> dict[str, Any]:
+    if _json_values(text) > MAX_JSON_VALUES:
+        raise _Shape(f"more than {MAX_JSON_VALUES:,} JSON values")
     try:
-        # Bytes that are no UTF-8 are replaced, not fatal: a label is still shown, with U+FFFD in it.
-        doc = json.loads(body.decode("utf-8", "replace"), parse_constant=_no_constant)
+        doc = json.loads(text, parse_constant=_no_constant)
     except RecursionError:
         raise _Shape("JSON nested too deeply") from None
     except _Shape:
@@ -296,18 +305,17 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
     return opener
 
 
-def _read(reply: Any, limit: int) -> bytes | None:
+def _read(reply: Any, limit: int) -> bytearray | None:
     """The body, read a chunk at a time; None when it is longer than `limit` (announced or not)."""
     length = (reply.headers.get("Content-Length") or "").strip()
     if length.isdigit() and int(length) > limit:
         return None
-    chunks, size = [], 0
+    body = bytearray()  # grows in place: no list of chunks joined into a second copy
     while chunk := reply.read(_CHUNK):
-        size += len(chunk)
-        if size > limit:
+        if len(body) + len(chunk) > limit:
             return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+        body += chunk
+    return body
 
 
 class Prometheus:
@@ -335,9 +343,9 @@ class Prometheus:
         if deadline is not None:
             deadline.expire()
 
-    def _parse(self, body: bytes, shape: Any) -> Any:
+    def _parse(self, text: str, shape: Any) -> Any:
         try:
-            doc = _document(body)
+            doc = _document(text)
             status = doc.get("status")
             if status == "error":
                 raise QueryRefused(f"Prometheus refused the query: {doc.get('error') or 'no reason given'}")
@@ -347,7 +355,9 @@ class Prometheus:
         except _Shape as err:
             raise BadAnswer(f"{self.url} did not answer as Prometheus's HTTP API does: {err}") from None
 
-    def _get(self, endpoint: str, params: dict[str, str]) -> bytes:
+    def _get(self, endpoint: str, params: dict[str, str]) -> str:
+        """The answer's text. Bytes that are no UTF-8 are replaced, not fatal: a label is still shown,
+        with U+FFFD in it."""
         self.requests += 1
         if self._closed:
             raise PrometheusError("closed")
@@ -368,7 +378,7 @@ class Prometheus:
             self._deadline = None
             deadline.close()
 
-    def _fetch(self, url: str, data: bytes, deadline: _Deadline) -> bytes:
+    def _fetch(self, url: str, data: bytes, deadline: _Deadline) -> str:
         for _ in range(MAX_REDIRECTS + 1):
             # POST: a long selector does not hit URL length limits of proxies in front of Prometheus.
             request = urllib.request.Request(url, data=data, method="POST",
@@ -388,7 +398,7 @@ class Prometheus:
                 raise TimeoutError
             if body is None:
                 raise BadAnswer(f"{self.url} answered more than {MAX_ANSWER_BYTES // 2**20} MiB: refused")
-            return body
+            return body.decode("utf-8", "replace")  # the bytes go as this returns: one copy at a time
         raise BadAnswer(f"Prometheus at {self.url} redirected more than {MAX_REDIRECTS} times: refused")
 
     def _redirect(self, url: str, location: str) -> str:

@@ -3,7 +3,7 @@ on loopback) that write answers no honest Prometheus writes, byte for byte.
 
     fake.takeover = answer(200, b"{not json")              # any status and body
     fake.takeover = edited(fake, lambda text, endpoint: ...)  # the fleet's real answer, edited as text
-    fake.takeover = drip(fake, where="body")               # a byte at a time, for ever
+    fake.takeover = drip(fake, where="body")               # a byte at a time, for ever (or a hang-up)
     fake.takeover = flood = Flood(100 * MB)                # a 100 MB answer; flood.sent: bytes it got out
     fake.takeover = redirect("ftp://127.0.0.1:2121/x")     # a redirect anywhere
 """
@@ -58,25 +58,37 @@ def edited(fake: FakePrometheus, edit: Callable[[str, str], str]) -> Takeover:
     return serve
 
 
-def drip(fake: FakePrometheus, where: str = "body", every: float = 0.1) -> Takeover:
-    """A byte every `every` seconds until the server stops: in the status line and headers ("head") or,
-    after complete headers announcing a megabyte, in the body ("body"). Each read gets a byte well within
-    any per-read timeout, so only a deadline for the whole answer ends it."""
-    assert where in ("head", "body")
+class Drip:
+    """A byte every `every` seconds until the server stops or the client hangs up: in the status line and
+    headers ("head") or, after complete headers announcing a megabyte, in the body ("body"). Each read
+    gets a byte well within any per-read timeout, so only a deadline for the whole answer ends it.
+    `started` is set when an answer begins, `ended` when the client hung up (or the server stopped)."""
 
-    def serve(handler: BaseHTTPRequestHandler, endpoint: str, params: dict[str, str]) -> None:
+    def __init__(self, fake: FakePrometheus, where: str = "body", every: float = 0.1) -> None:
+        assert where in ("head", "body")
+        self.fake, self.where, self.every = fake, where, every
+        self.started = threading.Event()
+        self.ended = threading.Event()
+
+    def __call__(self, handler: BaseHTTPRequestHandler, endpoint: str, params: dict[str, str]) -> None:
         out = handler.wfile
-        if where == "head":
-            out.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-        else:
-            _head(handler, 200, {"Content-Type": "application/json", "Content-Length": str(MB)})
-            out.write(b"{")
-        out.flush()
-        while not fake.stopping.wait(every):
-            out.write(b"a" if where == "head" else b" ")
+        self.started.set()
+        try:
+            if self.where == "head":
+                out.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            else:
+                _head(handler, 200, {"Content-Type": "application/json", "Content-Length": str(MB)})
+                out.write(b"{")
             out.flush()
+            while not self.fake.stopping.wait(self.every):
+                out.write(b"a" if self.where == "head" else b" ")
+                out.flush()
+        finally:
+            self.ended.set()
 
-    return serve
+
+def drip(fake: FakePrometheus, where: str = "body", every: float = 0.1) -> Drip:
+    return Drip(fake, where, every)
 
 
 class Flood:

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 
 from gputui.export.fleet import FleetReader
 from gputui.export.promql import MAX_ANSWER_BYTES, BadAnswer, Prometheus, PrometheusError
@@ -243,22 +244,30 @@ def test_a_huge_error_answer_is_not_read_to_its_end(fake: FakePrometheus) -> Non
     assert flood.sent <= 16 * MB, flood.sent
 
 
-def test_memory_stays_bounded_while_a_100_mb_answer_is_refused(fake: FakePrometheus) -> None:
-    flood = Flood(100 * MB)
-    fake.takeover = flood
-    script = ("import resource, sys\n"
+@pytest.mark.parametrize("kind", ["100-mb", "63-mb-of-empty-lists"])
+def test_memory_stays_bounded_while_a_big_answer_is_refused(fake: FakePrometheus, kind: str) -> None:
+    if kind == "100-mb":  # refused at the cap
+        fake.takeover, error = Flood(100 * MB), "answered more than 64 MiB"
+    else:  # under the cap, but parsed it would take 1.7 GB (an empty list: 3 bytes here, 64 in Python)
+        body = vector("[" + "[]," * (21 * MB) + "[]]")
+        assert len(body) < MAX_ANSWER_BYTES
+        fake.takeover, error = answer(200, body), "more than 3,000,000 JSON values"
+    # VmHWM, not ru_maxrss: that one starts from the forking parent's peak (this test's, with its body).
+    script = ("import re\n"
               "from gputui.export.promql import Prometheus, PrometheusError\n"
               "try:\n"
               f"    Prometheus({fake.url!r}, timeout=30).query('up')\n"
               "except PrometheusError as err:\n"
               "    print(err)\n"
-              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+              "with open('/proc/self/status') as status:\n"
+              "    print(int(re.search(r'VmHWM:\\s*(\\d+) kB', status.read())[1]) // 1024)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
-    error, rss_mib = done.stdout.splitlines()
-    assert "answered more than 64 MiB" in error
-    assert int(rss_mib) < 64 + 120, f"peak RSS {rss_mib} MiB"  # the cap plus Python itself
+    printed, rss_mib = done.stdout.splitlines()
+    assert error in printed
+    # Python and the client take ~30 MiB; the answer's bytes, then its text, at most 64 MiB each.
+    assert int(rss_mib) < 30 + 2 * 64 + 40, f"peak RSS {rss_mib} MiB"
 
 
 # --- redirects ---------------------------------------------------------------------------------------
@@ -394,6 +403,65 @@ async def test_bad_answers_mid_run_become_the_banner(fake: FakePrometheus) -> No
         assert {"?]0;pwned??[31mnode001", "?]0;pwned??[31mnode002"} <= {h.name for h in app.view.hosts}
         drawn = "\n".join(lines(app.table) + lines(app.banner) + lines(app.header))
         assert "?]0;pwned??[" in drawn and "\x1b" not in drawn and "\x07" not in drawn
+
+
+async def wait_until(pilot: Pilot[int], condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await pilot.pause(0.02)
+    await pilot.pause()
+
+
+async def test_quitting_cuts_the_request_in_flight(fake: FakePrometheus) -> None:
+    from gputui.ui.fleet_app import FleetApp
+
+    app = FleetApp(FleetReader(Prometheus(fake.url, timeout=120)), interval=60.0)
+    hang = drip(fake)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: app.frames >= 1)
+        fake.takeover = hang
+        app.action_refresh()
+        await wait_until(pilot, hang.started.is_set)
+        await pilot.press("q")
+    # The refresh thread is abandoned, and its request cut: the server sees the hang-up at once.
+    assert hang.ended.wait(1.0), "the request went on after the app quit"
+
+
+async def test_extreme_values_and_hostile_labels_are_drawn_without_a_crash() -> None:
+    from gputui.ui.fleet_app import FleetApp
+    from gputui.ui.fleet_host import HostScreen
+    from tests.ui.drawn import lines
+
+    evil = "\x1b]0;pwned\x07\x1b[2J\x9b31m"
+    with FakePrometheus() as fake:
+        fake.add_host(f"evil{evil}", gpus=1)
+        box = fake.add_host("box", gpus=2, gputui=True, zombies={"defunct": 10**300, evil: -1})
+        huge, tiny = 1.7e308, -1.7e308
+        g0, g1 = box.gpus
+        g0.util, g0.mem_used, g0.mem_free, g0.temperature, g0.power = huge, huge, huge, tiny, huge
+        g0.dips, g0.unaccounted, g0.in_dip = huge, huge, True
+        g1.util, g1.mem_used, g1.mem_free, g1.power = -5.0, -5.0, 10.0, tiny
+        box.processes = [{"gpu": 0, "pid": evil, "user": evil, "command": evil * 500, "class": evil,
+                          "memory": huge}]
+        box.agents = [{"pid": evil, "cuda_device": evil, "command": evil,
+                       "values": {"allocated_bytes": huge, "fragmentation_percent": tiny,
+                                  "ooms_total": huge}}]
+        app = FleetApp(FleetReader(Prometheus(fake.url)), interval=60.0)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_until(pilot, lambda: app.frames >= 1 and len(app.view.hosts) == 2)
+            assert app.view.error is None
+            app.action_sort("name")
+            table = "\n".join(lines(app.table))
+            await pilot.press("home", "enter")  # box, first by name
+            assert app.reader.focus == "box"
+            assert isinstance(app.screen, HostScreen)
+            await wait_until(pilot, lambda: app.view.detail is not None and bool(app.view.detail.processes))
+            host = "\n".join(lines(app.screen.host_view))
+            assert app.is_running and "evil?]0;pwned" in table and "?]0;pwned??[2J?31m" in host
+            assert "ZOMBIES" in host and "n/a" in host
+            assert not re.search(r"\d{16}", table + host), "a number too long for its column"
+            assert not any(c in table + host for c in "\x1b\x07\x9b")
 
 
 class PtyRun:

@@ -103,7 +103,7 @@ def test_utilization_series_lie_on_the_step_grid_with_gaps_as_none(fake: FakePro
     assert (reader.step, reader.points) == (5.0, 61)
     start = NOW - 300
     steady = fake.add_host("steady", gpus=2)
-    steady.util_at = lambda gpu, t: (t - start) / 5 + 100 * gpu  # the grid index, oldest first
+    steady.util_at = lambda gpu, t: (t - start) / 5 + 30 * gpu  # the grid index, oldest first
     steady.gaps = {start + 50, start + 55, NOW}
     late = fake.add_host("late", gpus=1)
     late.since = start + 15  # its exporter started 15 s into the window
@@ -115,7 +115,7 @@ def test_utilization_series_lie_on_the_step_grid_with_gaps_as_none(fake: FakePro
     g0, g1 = host_of(view, "steady").gpus
     assert len(g0.series) == 61
     assert g0.series == tuple(None if i in (10, 11, 60) else float(i) for i in range(61))
-    assert g1.series == tuple(None if i in (10, 11, 60) else 100.0 + i for i in range(61))
+    assert g1.series == tuple(None if i in (10, 11, 60) else 30.0 + i for i in range(61))
     assert host_of(view, "steady").last_seen == NOW  # fresh: seen now, whatever its newest util sample
     assert host_of(view, "late").gpus[0].series == (None, None, None, *[50.0] * 58)
 
