@@ -354,14 +354,15 @@ def doctor_command(argv: list[str]) -> int:
     from gputui.doctor import report
     from gputui.doctor.process import NoSuchProcess
     from gputui.doctor.run import diagnose
+    from gputui.units import printable  # an error may quote a process's name: another user's text
 
     try:
         checks = diagnose(pid=args.pid, python=python)
     except NoSuchProcess as err:
-        print(f"gputui doctor: {err}", file=sys.stderr)
+        print(f"gputui doctor: {printable(str(err))}", file=sys.stderr)
         return report.EXIT_CANNOT_RUN
     except Exception as err:  # the doctor itself broke: say so in one line, never a traceback
-        print(f"gputui doctor: could not run: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"gputui doctor: could not run: {type(err).__name__}: {printable(str(err))}", file=sys.stderr)
         return report.EXIT_CANNOT_RUN
     print(report.as_json(checks) if args.json else report.text(checks))
     return report.exit_code(checks)
