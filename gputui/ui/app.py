@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.style import Style
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.events import Key, Resize
 from textual.message import Message
@@ -334,6 +335,13 @@ class GpuTuiApp(App[int]):
     def _stop_sampling(self) -> None:
         self._stop.set()
         self._wake.set()
+
+    def pop_screen(self) -> AwaitComplete:
+        """Never the main screen: a modal screen closed twice (screens.Modal closes once; this is for any
+        other) must not end the app with ScreenStackError."""
+        if len(self.screen_stack) <= 1:
+            return AwaitComplete.nothing()
+        return super().pop_screen()
 
     async def action_quit(self) -> None:
         self._stop_sampling()

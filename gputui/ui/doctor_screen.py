@@ -10,7 +10,6 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gputui.collect.history import History
@@ -20,7 +19,7 @@ from gputui.doctor.process import NoSuchProcess, idle_from_history
 from gputui.doctor.report import Check
 from gputui.doctor.run import diagnose
 from gputui.model import GpuProcess, Snapshot
-from gputui.ui.screens import MODAL_CSS
+from gputui.ui.screens import MODAL_CSS, Modal
 from gputui.units import printable
 
 
@@ -36,7 +35,7 @@ def view_of(snap: Snapshot) -> SystemFacts:
 STYLES = {report.OK: "green", report.WARNING: "yellow", report.PROBLEM: "bold red"}
 
 
-class DoctorScreen(ModalScreen[None]):
+class DoctorScreen(Modal[None]):
     DEFAULT_CSS = MODAL_CSS
     BINDINGS = [Binding("escape,q,D", "dismiss", "Close"), Binding("r", "again", "Again")]
 

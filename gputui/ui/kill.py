@@ -10,13 +10,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, RadioButton, RadioSet, Static
 
 from gputui.collect.signals import Target
 from gputui.model import ProcessRow
 from gputui.ui.process_rows import TableRow
-from gputui.ui.screens import MODAL_CSS
+from gputui.ui.screens import MODAL_CSS, Modal
 from gputui.units import NA, fmt_bytes, printable
 
 
@@ -55,7 +54,7 @@ def describe_entries(entries: list[Entry]) -> Table:
     return grid
 
 
-class KillScreen(ModalScreen[KillRequest | None]):
+class KillScreen(Modal[KillRequest | None]):
     DEFAULT_CSS = MODAL_CSS + """
     KillScreen Horizontal { height: auto; margin-top: 1; }
     KillScreen Button { margin-right: 2; }

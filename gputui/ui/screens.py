@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
@@ -29,7 +31,25 @@ ModalScreen > VerticalScroll, ModalScreen > OptionList {
 """
 
 
-class HelpScreen(ModalScreen[None]):
+ResultT = TypeVar("ResultT")
+
+
+class Modal(ModalScreen[ResultT]):
+    """A modal screen that closes once. Keys typed faster than it closes (a laggy SSH link delivers
+    `g Enter Enter` in one read; key repeat) asked it to close twice, and Textual's dismiss() pops
+    whatever screen is on top: the second one popped the screen under it, or raised ScreenStackError
+    for the main screen, which ended the app."""
+
+    closing = False
+
+    def dismiss(self, result: ResultT | None = None) -> AwaitComplete:
+        if self.closing or not self.is_active:
+            return AwaitComplete.nothing()
+        self.closing = True
+        return super().dismiss(result)
+
+
+class HelpScreen(Modal[None]):
     DEFAULT_CSS = MODAL_CSS
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
@@ -50,7 +70,7 @@ class HelpScreen(ModalScreen[None]):
                               style="dim"), markup=False)
 
 
-class DetailScreen(ModalScreen[None]):
+class DetailScreen(Modal[None]):
     """Everything about one process. It was opened for a PID and create time: never the cursor's now."""
 
     DEFAULT_CSS = MODAL_CSS
@@ -135,7 +155,7 @@ def render_detail(row: TableRow, d: ProcessDetail) -> Table:
     return grid
 
 
-class GpuChooser(ModalScreen[int | None]):
+class GpuChooser(Modal[int | None]):
     DEFAULT_CSS = MODAL_CSS
     BINDINGS = [Binding("escape,q", "cancel", "Cancel")]
 
