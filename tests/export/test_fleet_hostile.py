@@ -12,6 +12,7 @@ import os
 import re
 import select
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -201,6 +202,36 @@ def test_a_server_that_drips_is_abandoned_at_the_timeout(fake: FakePrometheus, w
     took = time.monotonic() - began
     assert 0.9 <= took < 1.6, took
     assert one_line(err) == f"Prometheus at {fake.url} did not answer within 1 s"
+
+
+def test_a_tls_handshake_that_drips_is_abandoned_at_the_timeout() -> None:
+    """A TLS record header announcing 16 KiB, then a byte every 0.1 s: the handshake's reads each get a
+    byte, so only the deadline ends it (through the connection's duplicate: TLS wrapped the original)."""
+    stop = threading.Event()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+
+        def serve() -> None:
+            conn, _ = server.accept()
+            with conn, contextlib.suppress(OSError):
+                conn.recv(65536)  # the client's hello
+                conn.sendall(b"\x16\x03\x03\x40\x00")  # handshake record, 16 KiB to come
+                while not stop.wait(0.1):
+                    conn.sendall(b"\x00")
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        url = f"https://127.0.0.1:{server.getsockname()[1]}"
+        began = time.monotonic()
+        try:
+            with pytest.raises(PrometheusError) as err:
+                Prometheus(url, timeout=1.0).query("up")
+        finally:
+            stop.set()
+            thread.join(5)
+        assert 0.9 <= time.monotonic() - began < 1.6
+        assert one_line(err) == f"Prometheus at {url} did not answer within 1 s"
 
 
 def test_the_deadline_spans_the_redirects_too(fake: FakePrometheus) -> None:
