@@ -39,6 +39,9 @@ def segment_map(fill: list[float], width: int = 60) -> str:
     return "".join(glyph(100.0 * sum(g) / len(g)) for g in groups)
 
 
+READ_ONLY = "read-only: actions disabled"
+
+
 class AllocatorScreen(ModalScreen[None]):
     DEFAULT_CSS = MODAL_CSS
     BINDINGS = [
@@ -48,7 +51,9 @@ class AllocatorScreen(ModalScreen[None]):
         Binding("e", "act('e')", "empty_cache"),
     ]
 
-    def __init__(self, pid: int, poller: AgentPoller, snapshot: Snapshot, history: AgentHistory) -> None:
+    def __init__(self, pid: int, poller: AgentPoller | None, snapshot: Snapshot,
+                 history: AgentHistory) -> None:
+        """`poller` None: read-only (--readonly, a replay): the panel shows and never acts."""
         super().__init__()
         self.pid = pid
         self.poller = poller
@@ -58,7 +63,8 @@ class AllocatorScreen(ModalScreen[None]):
         self.previous: dict[int, AllocatorDevice] = {}
         self.recording = False
         self.armed: str | None = None  # the action key pressed once: a second press runs it
-        self.message = "h: history on/off · s: dump a snapshot · e: empty_cache (press twice to confirm)"
+        self.message = ("h: history on/off · s: dump a snapshot · e: empty_cache (press twice to confirm)"
+                        if poller is not None else READ_ONLY)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -149,6 +155,10 @@ class AllocatorScreen(ModalScreen[None]):
                 " minus reserved: CUDA context, NCCL, other libraries)"))
 
     def action_act(self, key: str) -> None:
+        if self.poller is None:  # nothing is ever sent: not to a live agent, nor to a recorded pid's
+            self.message = READ_ONLY
+            self.follow(self.snapshot)
+            return
         op, description = _ACTIONS[key]
         if self.armed != key:
             self.armed = key
@@ -166,6 +176,8 @@ class AllocatorScreen(ModalScreen[None]):
 
     @work(thread=True, exclusive=True)
     def _run(self, op: str, params: dict[str, Any]) -> None:
+        if self.poller is None:  # read-only: action_act never starts this; and if it did, nothing goes
+            return
         reply = self.poller.act(self.pid, op, **params)
         text = reply.get("message") or reply.get("error") or str(reply)
         self.app.call_from_thread(self._done, f"{op}: {text}" if reply.get("ok") else f"{op} failed: {text}")

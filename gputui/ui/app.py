@@ -34,7 +34,7 @@ from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
 from gputui.ui.key_bar import KeyBar
 from gputui.ui.palette import Palette
-from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, View, build_rows
+from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, TableRow, View, build_rows
 from gputui.ui.process_table import ProcessTable
 from gputui.ui.status import StatusLine
 
@@ -412,9 +412,7 @@ class GpuTuiApp(App[int]):
     def action_detail(self) -> None:
         row = self.table.current
         if row is not None and row.process is not None:
-            from gputui.ui.screens import DetailScreen
-
-            self.push_screen(DetailScreen(row, self.devices_dir))
+            self._open_detail(row)
 
     @on(ProcessTable.RowChosen)
     def _row_chosen(self, event: ProcessTable.RowChosen) -> None:
@@ -423,9 +421,15 @@ class GpuTuiApp(App[int]):
         if self.snapshot is not None and event.row.pid in self.snapshot.agents:
             self.action_allocator()  # a process with an agent: its allocator is the interesting part
         else:
-            from gputui.ui.screens import DetailScreen
+            self._open_detail(event.row)
 
-            self.push_screen(DetailScreen(event.row, self.devices_dir))
+    def _open_detail(self, row: TableRow) -> None:
+        from gputui.ui.screens import DetailScreen
+
+        # A replay's pids are the recorded machine's: what has that pid here now is another process.
+        recorded_at = self.snapshot.time if self.replay and self.snapshot is not None else None
+        self.push_screen(DetailScreen(row, self.devices_dir, recorded_at=recorded_at,
+                                      stacks=not (self.readonly or self.replay)))
 
     def action_allocator(self) -> None:
         row = self.table.current
@@ -435,12 +439,19 @@ class GpuTuiApp(App[int]):
             self.say(f"{row.pid} runs no gputui agent: start it with `gputui run -- python train.py` or "
                      "`import gputui.agent; gputui.agent.start()`", "warning")
             return
-        poller = getattr(self.sampler, "agents", None) or AgentPoller()
+        # Read-only and replays act on no agent: the panel gets no poller to act with.
+        poller = None
+        if not (self.readonly or self.replay):
+            poller = getattr(self.sampler, "agents", None) or AgentPoller()
         from gputui.ui.allocator import AllocatorScreen
 
         self.push_screen(AllocatorScreen(row.pid, poller, self.snapshot, self.agent_history))
 
     def action_doctor(self) -> None:
+        if self.replay:  # its checks read this machine's NVML and /proc, not the recorded one's
+            self.say("doctor: it examines the live machine, not a recording; run `gputui doctor` on the "
+                     "recorded machine", "warning")
+            return
         from gputui.ui.doctor_screen import DoctorScreen
 
         row = self.table.current

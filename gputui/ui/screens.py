@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TypeVar
 
@@ -71,27 +72,38 @@ class HelpScreen(Modal[None]):
 
 
 class DetailScreen(Modal[None]):
-    """Everything about one process. It was opened for a PID and create time: never the cursor's now."""
+    """Everything about one process. It was opened for a PID and create time: never the cursor's now.
+
+    `recorded_at`: the row is a replay's, shown as recorded; the live machine is never read for it (its
+    pid may be another process here, or no process). `stacks`: py-spy may read the Python stacks; not
+    in read-only mode, since py-spy stops the process while it reads them."""
 
     DEFAULT_CSS = MODAL_CSS
     BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
 
-    def __init__(self, row: TableRow, devices_dir: Path) -> None:
+    def __init__(self, row: TableRow, devices_dir: Path, recorded_at: float | None = None,
+                 stacks: bool = True) -> None:
         super().__init__()
         self.row = row
         self.devices_dir = devices_dir
+        self.recorded_at = recorded_at
+        self.stacks = stacks
         self.detail: ProcessDetail | None = None
         self.stack: str | None = None
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(Text(f"process {self.row.pid}", style="bold"), markup=False)
-            yield Static(Text("reading /proc …", style="dim"), id="detail-body", markup=False)
+            if self.recorded_at is not None:
+                yield Static(render_recorded(self.row, self.recorded_at), id="detail-body", markup=False)
+            else:
+                yield Static(Text("reading /proc …", style="dim"), id="detail-body", markup=False)
             yield Static("", id="detail-stack", markup=False)
 
     def on_mount(self) -> None:
         self.query_one("#detail-stack").display = False  # until there is a Python stack to show
-        self._load()
+        if self.recorded_at is None:
+            self._load()
 
     @work(thread=True, exclusive=True, exit_on_error=False)
     def _load(self) -> None:
@@ -104,6 +116,9 @@ class DetailScreen(Modal[None]):
         self.app.call_from_thread(self._show, detail)
         p = self.row.process
         if detail.error is None and p is not None and is_python(p.name, detail.command or p.command):
+            if not self.stacks:
+                self.app.call_from_thread(self._show_stack, PY_SPY_READ_ONLY)
+                return
             self.app.call_from_thread(self._show_stack, "reading the Python stacks with py-spy …")
             self.app.call_from_thread(self._show_stack, py_spy_dump(self.row.pid))
 
@@ -120,17 +135,41 @@ class DetailScreen(Modal[None]):
         stack.display = True
 
 
+PY_SPY_READ_ONLY = "not read in read-only mode: py-spy stops the process while it reads its stacks"
+
+
+class _Grid:
+    """Label and value rows. Values are Text, never markup, and no control character of a process's
+    argv (or of a recording) reaches the terminal."""
+
+    def __init__(self) -> None:
+        self.table = Table.grid(padding=(0, 2))
+        self.table.add_column(style="bold", no_wrap=True)
+        self.table.add_column()
+
+    def add(self, label: str, value: str | None, style: str = "") -> None:
+        text = "\n".join(printable(line) for line in value.split("\n")) if value is not None else NA
+        self.table.add_row(label, Text(text, style=style))
+
+
+def _when(t: float | None) -> str | None:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t is not None else None
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def _gpu_line(p: object) -> str | None:
+    gpu = getattr(p, "gpu", None)
+    if gpu is None:
+        return None
+    return f"{gpu}  ({getattr(p, 'kinds', '')})  memory {fmt_bytes(getattr(p, 'used_memory', None))}"
+
+
 def render_detail(row: TableRow, d: ProcessDetail) -> Table:
     p = row.process
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column()
-
-    def add(label: str, value: str | None, style: str = "") -> None:
-        # Text, never markup; and no control characters from a process's argv reach the terminal.
-        text = "\n".join(printable(line) for line in value.split("\n")) if value is not None else NA
-        grid.add_row(label, Text(text, style=style))
-
+    grid = _Grid()
+    add = grid.add
     if d.error:
         add("error", d.error, "red")
     add("command", d.command or p.command)
@@ -145,14 +184,37 @@ def render_detail(row: TableRow, d: ProcessDetail) -> Table:
         add("device files", "(not readable: run as root to see them)", "dim")
     else:
         add("device files", "\n".join(d.device_files) or "(none)")
-    gpu = getattr(p, "gpu", None)
-    if gpu is not None:
-        add("GPU", f"{gpu}  ({getattr(p, 'kinds', '')})  memory {fmt_bytes(getattr(p, 'used_memory', None))}")
+    if (gpu := _gpu_line(p)) is not None:
+        add("GPU", gpu)
     add("state", p.state)
     add("parent", str(p.ppid) if p.ppid is not None else None)
     kids = "\n".join(f"{c.pid}  {c.state or NA:<9} {c.command or c.name or NA}" for c in d.children)
     add(f"children ({len(d.children)})", kids or "(none)")
-    return grid
+    return grid.table
+
+
+def render_recorded(row: TableRow, recorded_at: float) -> Table:
+    """A replay's row: only what the recording holds."""
+    p = row.process
+    grid = _Grid()
+    add = grid.add
+    add("recording", f"as recorded at {_when(recorded_at) or NA}: this machine is not read for it "
+        f"(pid {row.pid} here may be another process now)", "yellow")
+    add("command", p.command or p.name)
+    add("user", p.user)
+    if (gpu := _gpu_line(p)) is not None:
+        add("GPU", gpu)
+    if hasattr(p, "devices"):
+        devices = getattr(p, "devices", None)
+        add("device files", "\n".join(devices) or "(none)" if devices is not None else "(not readable)")
+    category = getattr(p, "category", "ok")
+    if category != "ok":
+        add("class", f"{category}: {getattr(p, 'reason', '')}")
+    add("state", p.state)
+    add("parent", str(p.ppid) if p.ppid is not None else None)
+    add("started", _when(p.create_time))
+    add("not recorded", "cwd, environment, children, Python stacks", "dim")
+    return grid.table
 
 
 class GpuChooser(Modal[int | None]):
