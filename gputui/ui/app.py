@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.style import Style
 from textual import on, work
+from textual.actions import SkipAction
 from textual.app import App, ComposeResult, SystemCommand
 from textual.await_complete import AwaitComplete
 from textual.binding import Binding
@@ -98,7 +99,8 @@ class GpuTuiApp(App[int]):
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("s", "sort_next", "Sort"),
         Binding("S", "sort_reverse", "Reverse", show=False),
-        Binding("slash", "filter", "Filter", key_display="/"),
+        # Priority: handled as the key arrives, so that the keys read with it go to the filter box.
+        Binding("slash", "filter", "Filter", key_display="/", priority=True),
         Binding("t", "tree", "Tree"),
         Binding("g", "choose_gpu", "GPU"),
         Binding("p", "pause", "Pause"),
@@ -375,9 +377,14 @@ class GpuTuiApp(App[int]):
                 self._set_view(sort=key, reverse=False)
 
     def action_filter(self) -> None:
+        """Textual routes each key to a widget when it arrives: the letters of `/pwned` read at once
+        (SSH) were the table's before `/` was handled, and p paused, e opened the events screen. So `/`
+        is a priority binding, and the focus moves at once (focus() would move it later)."""
         box = self.filter_box
+        if len(self.screen_stack) > 1 or self.focused is box:
+            raise SkipAction  # a `/` typed into a modal screen or into the filter itself
         box.display = True
-        box.focus()
+        self.set_focus(box)
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
@@ -387,7 +394,7 @@ class GpuTuiApp(App[int]):
     def _filter_submitted(self, event: Input.Submitted) -> None:
         box = self.filter_box
         box.display = bool(event.value.strip())
-        self.table.focus()
+        self.set_focus(self.table)  # at once, as in action_filter
 
     def action_tree(self) -> None:
         tree = not self.view.tree

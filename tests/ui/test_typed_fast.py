@@ -1,6 +1,7 @@
-"""Keys typed faster than the screen closes (a laggy SSH link delivers `g Enter Enter` in one read; key
-repeat): a modal screen's close or confirm key arriving twice closes that screen once, never the screen
-under it. Popping the main screen raised ScreenStackError, which ended gputui."""
+"""Keys typed faster than the app handles them (a laggy SSH link delivers `g Enter Enter` in one read;
+key repeat). A modal screen's close or confirm key arriving twice closes that screen once, never the
+screen under it (popping the main screen raised ScreenStackError, which ended gputui); keys typed
+right after `/` go to the filter."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from gputui.ui.screens import DetailScreen, GpuChooser
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 
-KEY_CHARS = {"enter": "\r", "escape": "\x1b", "question_mark": "?"}
+KEY_CHARS = {"enter": "\r", "escape": "\x1b", "question_mark": "?", "slash": "/"}
 
 
 def type_fast(app: GpuTuiApp, *keys: str) -> None:
@@ -108,3 +109,27 @@ async def test_the_main_screen_is_never_popped() -> None:
         await _settle(pilot, app)
         assert len(app.screen_stack) == 1
 
+
+
+async def test_slash_and_a_filter_typed_in_one_read_all_go_to_the_filter() -> None:
+    """`/pwned` in one read: the keys after `/` reached the table's bindings (p paused, e opened the
+    events) because focus moved to the filter box only after them."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await first_frame(pilot, app)
+        type_fast(app, "slash", "p", "w", "n", "e", "d", "enter", "down")
+        await _settle(pilot, app)
+        assert app.filter_box.value == "pwned" and app.view.filter == "pwned"
+        assert not app.paused and len(app.screen_stack) == 1
+        assert app.focused is app.table  # Enter kept the filter and gave the keys back to the table
+
+
+async def test_a_slash_in_the_filter_is_part_of_the_filter() -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await first_frame(pilot, app)
+        type_fast(app, "slash", "c", "o", "n", "f", "i", "g", "s", "slash", "l")
+        await _settle(pilot, app)
+        assert app.view.filter == "configs/l"
+        await pilot.press("escape")
+        assert app.view.filter == "" and app.focused is app.table
