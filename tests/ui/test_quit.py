@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gputui.ui.hangup import DaemonThreads
 from tests.ui.pty_run import PtyRun
 from tests.ui.terminal import DemoProcs, _describe, _wait_until
 
@@ -122,3 +124,22 @@ def test_a_crash_mid_run_exits_non_zero(tmp_path: Path) -> None:
         assert run.left_alternate_screen()
         assert b"a widget choked on this snapshot" in out  # Textual's report of the bug
         demo.assert_all_gone()
+
+
+def test_the_default_executor_never_waits_for_a_stuck_worker() -> None:
+    """What asyncio.run() and the interpreter's exit do with Textual's thread workers: shut the default
+    executor down. A worker that never returns must not hold that up; results and errors still arrive."""
+    pool = DaemonThreads()
+    release = threading.Event()
+    stuck = pool.submit(release.wait)
+    assert pool.submit(lambda: 6 * 7).result(timeout=5) == 42
+    with pytest.raises(ZeroDivisionError):
+        pool.submit(lambda: 1 / 0).result(timeout=5)
+    start = time.monotonic()
+    pool.shutdown(wait=True)
+    assert time.monotonic() - start < 0.1
+    workers = [t for t in threading.enumerate() if t.name == "gputui-worker"]
+    assert workers and all(t.daemon for t in workers)
+    assert not stuck.done()
+    release.set()
+    assert stuck.result(timeout=5) is True
