@@ -160,7 +160,7 @@ class GpuTuiApp(App[int]):
         self.snapshot: Snapshot | None = None
         self.frames = 0  # snapshots applied; tests and the bench wait on it
         self.error: str | None = None  # why the app gave up, for the command line to print
-        self.readonly = readonly
+        self.readonly = readonly or replay  # a replay signals nothing: its pids are not this machine's
         self.tagged: set[str] = set()  # row keys
         self.escalation: tuple[Target, ...] = ()  # signalled, still alive after 5 s
         self._wake = threading.Event()

@@ -188,3 +188,16 @@ async def test_readonly_detail_reads_proc_but_never_attaches_py_spy(monkeypatch:
         assert not called
         assert "read-only" in (screen.stack or "")
 
+
+
+async def test_a_replay_is_read_only_even_if_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its pids are the recorded machine's: k must never signal whatever has that pid here now."""
+    sent: list[object] = []
+    monkeypatch.setattr("gputui.collect.signals.send", lambda *args: sent.append(args) or [])
+    app = GpuTuiApp(ReplaySampler(_recording({}), devices_dir=Path("/nonexistent")), interval=30.0,
+                    replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await first_frame(pilot, app)
+        await pilot.press("space", "k", "y", "K")
+        await pilot.pause(0.2)
+        assert app.readonly and len(app.screen_stack) == 1 and not sent
