@@ -10,12 +10,11 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gputui.collect.agents import AgentHistory, AgentPoller
 from gputui.model import AGENT_SLOW, AGENT_UNREADABLE, AgentReport, AllocatorDevice, Snapshot
-from gputui.ui.screens import MODAL_CSS
+from gputui.ui.screens import MODAL_CSS, Modal
 from gputui.ui.spark import glyph
 from gputui.units import NA, fmt_bytes, printable
 
@@ -42,7 +41,7 @@ def segment_map(fill: list[float], width: int = 60) -> str:
 READ_ONLY = "read-only: actions disabled"
 
 
-class AllocatorScreen(ModalScreen[None]):
+class AllocatorScreen(Modal[None]):
     DEFAULT_CSS = MODAL_CSS
     BINDINGS = [
         Binding("escape,q,a", "dismiss", "Close"),

@@ -10,19 +10,18 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gputui.collect.dips import DipDetector
 from gputui.collect.history import History
 from gputui.model import Snapshot
-from gputui.ui.screens import MODAL_CSS
+from gputui.ui.screens import MODAL_CSS, Modal
 from gputui.units import NA
 
 SHOWN = 200
 
 
-class EventsScreen(ModalScreen[None]):
+class EventsScreen(Modal[None]):
     DEFAULT_CSS = MODAL_CSS
     BINDINGS = [Binding("escape,q,e", "dismiss", "Close")]
 
