@@ -38,6 +38,7 @@ from gputui.ui.palette import Palette
 from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, TableRow, View, build_rows
 from gputui.ui.process_table import ProcessTable
 from gputui.ui.status import StatusLine
+from gputui.units import printable
 
 # The modal screens (help, detail, kill, allocator, events, doctor) are imported when first opened:
 # together they added about 0.1 s to every start, before the first frame.
@@ -71,7 +72,7 @@ class SnapshotReady(Message):
 class SamplerFailed(Message):
     def __init__(self, error: str) -> None:
         super().__init__()
-        self.error = error
+        self.error = printable(error)  # shown in a toast and printed at exit: it may quote /proc
 
 
 class FilterInput(Input):

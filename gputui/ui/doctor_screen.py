@@ -78,8 +78,8 @@ class DoctorScreen(Modal[None]):
         self.app.call_from_thread(self._show, checks)
 
     def _failed(self, message: str) -> None:
-        self.error = message
-        self.query_one("#doctor-body", Static).update(Text(message, style="red"))
+        self.error = printable(message)  # an exception may quote a process's name
+        self.query_one("#doctor-body", Static).update(Text(self.error, style="red"))
 
     def _show(self, checks: list[Check]) -> None:
         self.checks = checks

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-NOBODY = 65534
+from tests.users import NOBODY, become
 
 
 @contextlib.contextmanager
@@ -52,9 +52,7 @@ class Impostor:
             code = 1
             try:
                 os.close(read_end)
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
+                become(uid)
                 _serve(directory, reply, behaviour, claim, write_end)
                 code = 0
             finally:

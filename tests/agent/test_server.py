@@ -21,8 +21,7 @@ from gputui.agent import protocol, server
 from gputui.agent.server import Agent
 from gputui.collect import agents
 from tests.agent.conftest import connect, exchange, lines, read_all, request, stop_agent
-
-NOBODY = 65534
+from tests.users import NOBODY, become
 
 
 def hello(agent: Agent) -> dict:
@@ -334,9 +333,7 @@ def test_peer_of_another_uid_is_refused(world_reachable_agent: Agent) -> None:
         code = 1
         try:
             os.close(read_end)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
+            become(NOBODY)
             result: dict = {"uid": os.getuid(), "data": ""}
             try:
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:

@@ -14,8 +14,8 @@ from gputui.collect import procfs
 from gputui.collect.classify import NVML_ONLY, Facts, classify
 from gputui.collect.procs import ProcessJoiner
 from gputui.model import GpuProcess
+from tests.users import NOBODY, become
 
-NOBODY = 65534
 CLONE_NEWNS = 0x00020000
 
 
@@ -26,9 +26,7 @@ def as_nobody_with_hidepid(result: int) -> None:
         raise OSError(ctypes.get_errno(), "unshare")
     subprocess.run(["mount", "--make-rprivate", "/"], check=True)
     subprocess.run(["mount", "-t", "proc", "-o", "hidepid=2", "proc", "/proc"], check=True)
-    os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
+    become(NOBODY)
     root_pid = os.getppid()
     rows, _ = ProcessJoiner().join([GpuProcess(gpu=0, pid=root_pid, kinds="C", used_memory=1 << 30)])
     os.write(result, json.dumps({"hidepid": procfs.hidepid(), "category": rows[0].category,

@@ -27,7 +27,8 @@ def _take_terminal() -> None:
 
 class PtyRun:
     def __init__(self, cmd: list[str], cols: int = 120, rows: int = 40,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, ctty: bool = True) -> None:
+        """`ctty`: the pty is its controlling terminal (a hang-up sends it SIGHUP), as in a login."""
         self.master, slave = os.openpty()
         self._out = bytearray()
         self._lock = threading.Lock()
@@ -37,12 +38,12 @@ class PtyRun:
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
             self.proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
                                          env={**_env(), **(env or {})}, start_new_session=True,
-                                         preexec_fn=_take_terminal)
+                                         preexec_fn=_take_terminal if ctty else None)
         except BaseException:
             os.close(self.master)
             raise
         finally:
-            os.close(slave)
+            os.close(slave)  # only the program holds it now: reading the master ends (EIO) when it is gone
         self._thread = threading.Thread(target=self._read, name="pty-reader", daemon=True)
         self._thread.start()
 
@@ -90,14 +91,18 @@ class PtyRun:
         out = self.output()
         return out.rfind(ALT_SCREEN_OFF) > out.rfind(ALT_SCREEN_ON) >= 0
 
+    def hang_up(self) -> None:
+        """The terminal goes away, as when an SSH connection drops: close the master."""
+        self._stop.set()
+        self._thread.join(5)
+        if self.master >= 0:
+            os.close(self.master)
+            self.master = -1
+
     def close(self) -> None:
         if self.proc is not None:
             if self.proc.poll() is None:
                 with contextlib.suppress(OSError):
                     os.killpg(self.proc.pid, signal.SIGKILL)  # its own session and process group
             self.proc.wait(timeout=10)
-        self._stop.set()
-        self._thread.join(5)
-        if self.master >= 0:
-            os.close(self.master)
-            self.master = -1
+        self.hang_up()

@@ -109,3 +109,10 @@ def test_hostile_argv_reaches_the_terminal_only_as_text(devices: Path,
         if demo.gputui is not None:
             demo.scan(1)
         demo.cleanup()
+
+
+def test_a_sampler_error_quoting_hostile_text_is_printable() -> None:
+    """An exception's text may quote a process's name: it reaches a toast and the exit line made safe."""
+    from gputui.ui.app import SamplerFailed
+
+    assert SamplerFailed("psutil: \x1b]0;pwned\x07 gone").error == "psutil: ?]0;pwned? gone"

@@ -8,29 +8,23 @@ the stand-in device directory. Every process the test itself starts is waited fo
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import os
 import re
-import select
 import signal
-import struct
 import subprocess
-import termios
-import threading
 import time
 from collections.abc import Callable, Iterator
 
 import psutil
 import pytest
 
+from tests.ui.pty_run import PtyRun
 from tests.ui.terminal import (
-    ROOT,
     WORKERS,
     DemoProcs,
     Tmux,
     _describe,
-    _env,
     _exited,
     _gputui_cmd,
     _gputui_in_pane,
@@ -168,78 +162,11 @@ def test_tmux_80x24_process_rows_show_the_command(tmux: Tmux) -> None:
 # -- a pseudo-terminal -------------------------------------------------------------------------------
 
 
-def _take_terminal() -> None:
-    """In the child, after setsid(): the pty becomes its controlling terminal, as a login shell's is."""
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-class PtyGputui:
+class PtyGputui(PtyRun):
     """gputui on a pty of `cols` x `rows`; a thread keeps reading the master so gputui never blocks."""
 
     def __init__(self, args: list[str], cols: int = 120, rows: int = 40, ctty: bool = True) -> None:
-        """`ctty`: the pty is its controlling terminal (a hang-up sends it SIGHUP), as in a login."""
-        self.master, slave = os.openpty()
-        self._out = bytearray()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-        try:
-            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-            self.proc = subprocess.Popen(_gputui_cmd(*args), stdin=slave, stdout=slave, stderr=slave,
-                                         cwd=ROOT, env=_env(), start_new_session=True,
-                                         preexec_fn=_take_terminal if ctty else None)
-        except BaseException:
-            os.close(self.master)
-            raise
-        finally:
-            os.close(slave)  # only gputui holds it now: reading the master ends (EIO) when it is gone
-        self._thread = threading.Thread(target=self._read, name="pty-reader", daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while not self._stop.is_set():
-            ready, _, _ = select.select([self.master], [], [], 0.05)
-            if not ready:
-                continue
-            try:
-                data = os.read(self.master, 65536)
-            except OSError:  # EIO: nobody has the slave open any more
-                return
-            if not data:
-                return
-            with self._lock:
-                self._out += data
-
-    def output(self) -> bytes:
-        with self._lock:
-            return bytes(self._out)
-
-    def text(self) -> str:
-        return self.output().decode(errors="replace")
-
-    def all_output(self, timeout: float = 2.0) -> bytes:
-        """Everything it wrote, once the reader has seen the slave's end (or after `timeout`)."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return self.output()
-
-    def hang_up(self) -> None:
-        """The terminal goes away, as when an SSH connection drops: close the master."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        if self.master >= 0:
-            os.close(self.master)
-            self.master = -1
-
-    def close(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                with contextlib.suppress(OSError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)  # its own session and process group
-            self.proc.wait(timeout=10)
-        self.hang_up()
+        super().__init__(_gputui_cmd(*args), cols, rows, ctty=ctty)
 
 
 @contextlib.contextmanager
