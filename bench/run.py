@@ -107,8 +107,14 @@ def bench_holders(processes: int = 1000, fds: int = 24, holders: int = 20) -> di
         for i in range(processes):
             extra = [os.open(dev / f"nvidia{i % 4}", os.O_RDONLY)] if i < holders else []
             # `sleep` inherits the descriptors: a cheap process with ~24 open files.
-            world.append(subprocess.Popen(["sleep", "3600"], pass_fds=[*opened, *extra],
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL))
+            world.append(
+                subprocess.Popen(
+                    ["sleep", "3600"],
+                    pass_fds=[*opened, *extra],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                )
+            )
             for fd in extra:
                 os.close(fd)
         clock = [0.0]
@@ -137,7 +143,8 @@ def bench_holders(processes: int = 1000, fds: int = 24, holders: int = 20) -> di
         for tool, args in (("fuser", ["fuser", *targets]), ("lsof", ["lsof", "-w", *targets])):
             if shutil.which(tool):
                 result[f"{tool}_ms_median"] = _timed(
-                    lambda a=args: subprocess.run(a, capture_output=True, check=False), 3)  # type: ignore[misc]
+                    lambda a=args: subprocess.run(a, capture_output=True, check=False), 3
+                )  # type: ignore[misc]
         return result
     finally:
         for p in world:
@@ -152,19 +159,22 @@ def bench_holders(processes: int = 1000, fds: int = 24, holders: int = 20) -> di
 def bench_agent(seconds: float = 10.0) -> dict[str, object]:
     """CPU of a process running the agent (torch imported, a DataLoader stepping) while gputui polls
     it once a second, against the same process not polled."""
-    script = ("import time, torch, gputui.agent\n"
-              "from torch.utils.data import DataLoader\n"
-              "gputui.agent.start()\n"
-              "end = time.time() + 3600\n"
-              "while time.time() < end:\n"
-              "    for _ in DataLoader(range(64), batch_size=8):\n"
-              "        time.sleep(0.05)\n")
+    script = (
+        "import time, torch, gputui.agent\n"
+        "from torch.utils.data import DataLoader\n"
+        "gputui.agent.start()\n"
+        "end = time.time() + 3600\n"
+        "while time.time() < end:\n"
+        "    for _ in DataLoader(range(64), batch_size=8):\n"
+        "        time.sleep(0.05)\n"
+    )
     try:
         import torch  # noqa: F401
     except ImportError:
         return {"skipped": "torch is not installed"}
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         from gputui.collect.agents import AgentPoller, discover
 
@@ -188,9 +198,12 @@ def bench_agent(seconds: float = 10.0) -> dict[str, object]:
             polls += len(poller.poll())
             time.sleep(1.0)
         polled = (cpu() - c0) / (time.monotonic() - t0) * 100
-        return {"polls": polls, "process_cpu_percent_not_polled": round(idle, 2),
-                "process_cpu_percent_polled_1hz": round(polled, 2),
-                "agent_cost_percent_of_core": round(polled - idle, 2)}
+        return {
+            "polls": polls,
+            "process_cpu_percent_not_polled": round(idle, 2),
+            "process_cpu_percent_polled_1hz": round(polled, 2),
+            "agent_cost_percent_of_core": round(polled - idle, 2),
+        }
     finally:
         proc.kill()
         proc.wait()
@@ -203,11 +216,15 @@ def bench_agent_poll(agents: int = 16, stopped: int = 8, polls: int = 20) -> dic
 
     from gputui.collect.agents import AgentPoller
 
-    script = ("import sys, time; from pathlib import Path; from gputui.agent.server import Agent\n"
-              "Agent(directory=Path(sys.argv[1])).start(); print('up', flush=True); time.sleep(600)\n")
+    script = (
+        "import sys, time; from pathlib import Path; from gputui.agent.server import Agent\n"
+        "Agent(directory=Path(sys.argv[1])).start(); print('up', flush=True); time.sleep(600)\n"
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        procs = [subprocess.Popen([sys.executable, "-c", script, tmp], stdout=subprocess.PIPE)
-                 for _ in range(agents)]
+        procs = [
+            subprocess.Popen([sys.executable, "-c", script, tmp], stdout=subprocess.PIPE)
+            for _ in range(agents)
+        ]
         try:
             for proc in procs:
                 assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
@@ -233,11 +250,15 @@ def bench_agent_poll(agents: int = 16, stopped: int = 8, polls: int = 20) -> dic
                 os.kill(proc.pid, signal.SIGCONT)
                 proc.kill()
                 proc.wait()
-    return {"agents": agents, "stopped": stopped,
-            "poll_ms_median_all_answering": round(statistics.median(answering), 2),
-            "poll_ms_max_all_answering": round(max(answering), 2),
-            "poll_ms_median_with_stopped": round(statistics.median(with_stopped), 1),
-            "poll_ms_max_with_stopped": round(max(with_stopped), 1), "marked_slow": slow}
+    return {
+        "agents": agents,
+        "stopped": stopped,
+        "poll_ms_median_all_answering": round(statistics.median(answering), 2),
+        "poll_ms_max_all_answering": round(max(answering), 2),
+        "poll_ms_median_with_stopped": round(statistics.median(with_stopped), 1),
+        "poll_ms_max_with_stopped": round(max(with_stopped), 1),
+        "marked_slow": slow,
+    }
 
 
 def _tree_cpu(proc: psutil.Process) -> float:
@@ -260,15 +281,22 @@ def _peak_rss_kib(pid: int) -> int | None:
         return None
 
 
-def start_in_pty(args: tuple[str, ...], cols: int, rows: int, env: dict[str, str] | None = None
-                 ) -> tuple[subprocess.Popen[bytes], int]:
+def start_in_pty(
+    args: tuple[str, ...], cols: int, rows: int, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
     """`gputui ARGS` in a pseudo-terminal of cols x rows, as over SSH (256 colours, no COLORTERM)."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     environ = {k: v for k, v in os.environ.items() if k != "COLORTERM"}
     environ.update(TERM="xterm-256color", **(env or {}))
-    proc = subprocess.Popen([sys.executable, "-m", "gputui", *args], stdin=slave, stdout=slave,
-                            stderr=slave, env=environ, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gputui", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=environ,
+        start_new_session=True,
+    )
     os.close(slave)
     return proc, master
 
@@ -284,9 +312,15 @@ def quit_in_pty(proc: subprocess.Popen[bytes], master: int) -> None:
     os.close(master)
 
 
-def bench_tui(gpus: int = 8, warmup: float = 5.0, measure: float = 30.0, cols: int = 120,
-              rows: int = 40, args: tuple[str, ...] | None = None,
-              full_frame: tuple[bytes, ...] | None = None) -> dict[str, float | int | None]:
+def bench_tui(
+    gpus: int = 8,
+    warmup: float = 5.0,
+    measure: float = 30.0,
+    cols: int = 120,
+    rows: int = 40,
+    args: tuple[str, ...] | None = None,
+    full_frame: tuple[bytes, ...] | None = None,
+) -> dict[str, float | int | None]:
     """A gputui TUI in a pseudo-terminal: `gputui --demo` unless `args` says otherwise; the first full
     frame is when every byte string of `full_frame` has been written."""
     args = args or ("--demo", "--demo-gpus", str(gpus), "--interval", "1")
@@ -384,8 +418,9 @@ def bench_exporter(gpus: int = 8, ticks: int = 60, measure: float = 20.0) -> dic
     }
 
 
-def bench_fleet(hosts: int = 100, gpus: int = 8, refreshes: int = 10, measure: float = 30.0
-                ) -> dict[str, object]:
+def bench_fleet(
+    hosts: int = 100, gpus: int = 8, refreshes: int = 10, measure: float = 30.0
+) -> dict[str, object]:
     """`gputui fleet` over a fleet of `hosts` x `gpus` served by a fake Prometheus on loopback (a real
     HTTP server answering the reader's queries): one refresh, and the TUI at a 5 s refresh in 200x60."""
     from gputui.export.fleet import FleetReader
@@ -400,9 +435,14 @@ def bench_fleet(hosts: int = 100, gpus: int = 8, refreshes: int = 10, measure: f
             view = reader.refresh()
             times.append((time.perf_counter() - t0) * 1000)
         assert view.error is None and len(view.hosts) == hosts, view.error
-        tui = bench_tui(gpus=hosts * gpus, measure=measure, cols=200, rows=60, args=(
-            "fleet", "--prometheus", fake.url, "--interval", "5", "--sort", "name"),
-            full_frame=(b"UTILIZATION PER GPU", sorted(h.name for h in view.hosts)[0].encode()))
+        tui = bench_tui(
+            gpus=hosts * gpus,
+            measure=measure,
+            cols=200,
+            rows=60,
+            args=("fleet", "--prometheus", fake.url, "--interval", "5", "--sort", "name"),
+            full_frame=(b"UTILIZATION PER GPU", sorted(h.name for h in view.hosts)[0].encode()),
+        )
     return {
         "hosts": hosts,
         "gpus": hosts * gpus,
@@ -425,8 +465,9 @@ def bench_nvml_calls(gpus: int = 8, ticks: int = 60) -> dict[str, object]:
     try:
         for i in range(gpus):
             fake.gpus[i].processes["C"].append(FakeProcess(100 + i, 10 * 2**30))
-        with Sampler(NvmlSource(), clock=lambda: fake.now, monotonic=lambda: fake.now,
-                     scan_holders=False) as sampler:
+        with Sampler(
+            NvmlSource(), clock=lambda: fake.now, monotonic=lambda: fake.now, scan_holders=False
+        ) as sampler:
             fake.reset_counts()
             for _ in range(ticks):
                 for i in range(gpus):
@@ -437,8 +478,12 @@ def bench_nvml_calls(gpus: int = 8, ticks: int = 60) -> dict[str, object]:
         lib = [fake.total_lib_calls(i) / ticks for i in range(gpus)]
     finally:
         patch.undo()
-    return {"gpus": gpus, "ticks": ticks, "queries_per_gpu_per_tick": round(max(per_gpu), 2),
-            "c_calls_per_gpu_per_tick": round(max(lib), 2)}
+    return {
+        "gpus": gpus,
+        "ticks": ticks,
+        "queries_per_gpu_per_tick": round(max(per_gpu), 2),
+        "c_calls_per_gpu_per_tick": round(max(lib), 2),
+    }
 
 
 # (name, where the value is in the results, its upper limit): the budgets of the TUI and Zombies issues
@@ -448,8 +493,11 @@ BUDGETS = (
     ("tui first full frame s", ("tui", "first_full_frame_s"), 0.5),
     ("tui peak RSS MiB", ("tui", "peak_rss_mib"), 60),
     ("holder steady tick ms (1000 processes)", ("holders", "tick_ms_median"), 5),
-    ("holder full rescan ms vs plain scan ms", ("holders", "rescan_ms_median"),
-     ("holders", "plain_scan_ms_median")),
+    (
+        "holder full rescan ms vs plain scan ms",
+        ("holders", "rescan_ms_median"),
+        ("holders", "plain_scan_ms_median"),
+    ),
     ("agent poll ms (worst), 16 agents of which 8 stopped", ("agent_poll", "poll_ms_max_with_stopped"), 165),
 )
 
@@ -473,16 +521,23 @@ def main() -> int:
     ap.add_argument("--measure", type=float, default=30.0, help="seconds measured in the terminal")
     args = ap.parse_args()
     results: dict[str, object] = {
-        "sampler": bench_sampler(), "nvml": bench_nvml_calls(), "holders": bench_holders(),
-        "agent": bench_agent(), "agent_poll": bench_agent_poll(), "tui": bench_tui(measure=args.measure),
+        "sampler": bench_sampler(),
+        "nvml": bench_nvml_calls(),
+        "holders": bench_holders(),
+        "agent": bench_agent(),
+        "agent_poll": bench_agent_poll(),
+        "tui": bench_tui(measure=args.measure),
         "exporter": bench_exporter(),
-        "fleet": bench_fleet(measure=args.measure)}
+        "fleet": bench_fleet(measure=args.measure),
+    }
     results["budgets"] = budgets(results)
     json.dump(results, sys.stdout, indent=2)
     print()
     for b in results["budgets"]:  # type: ignore[union-attr]
-        print(f"{'PASS' if b['pass'] else 'FAIL'}  {b['budget']}: {b['value']} (limit {b['limit']})",
-              file=sys.stderr)
+        print(
+            f"{'PASS' if b['pass'] else 'FAIL'}  {b['budget']}: {b['value']} (limit {b['limit']})",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -33,8 +33,12 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
 
 
 def soak(seconds: float, interval: float, history_s: float, warmup: float) -> dict[str, object]:
-    proc, master = start_in_pty(("--demo", "--demo-gpus", "8", "--interval", str(interval)), 120, 40,
-                                env={"GPUTUI_HISTORY_S": str(history_s)})
+    proc, master = start_in_pty(
+        ("--demo", "--demo-gpus", "8", "--interval", str(interval)),
+        120,
+        40,
+        env={"GPUTUI_HISTORY_S": str(history_s)},
+    )
     ps = psutil.Process(proc.pid)
     start = time.monotonic()
     samples: list[tuple[float, float]] = []
@@ -58,8 +62,13 @@ def soak(seconds: float, interval: float, history_s: float, warmup: float) -> di
     steady = [(t, v) for t, v in samples if t >= warmup]
     growth = slope_per_hour(steady) if len(steady) >= 3 else None
     return {
-        "seconds": round(seconds), "interval_s": interval, "history_s": history_s, "warmup_s": warmup,
-        "ticks": round(seconds / interval), "still_running": alive, "bytes_written": written,
+        "seconds": round(seconds),
+        "interval_s": interval,
+        "history_s": history_s,
+        "warmup_s": warmup,
+        "ticks": round(seconds / interval),
+        "still_running": alive,
+        "bytes_written": written,
         "rss_start_mib": round(samples[0][1], 1) if samples else None,
         "rss_after_warmup_mib": round(steady[0][1], 1) if steady else None,
         "rss_end_mib": round(samples[-1][1], 1) if samples else None,
@@ -76,8 +85,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=1800.0, help="how long to run (default 1800)")
     ap.add_argument("--interval", type=float, default=0.25, help="gputui's sampling interval")
     ap.add_argument("--history", type=float, default=120.0, help="seconds of history gputui keeps")
-    ap.add_argument("--warmup", type=float,
-                    help="seconds left out of the fit (default: a third of the run, at least history + 60)")
+    ap.add_argument(
+        "--warmup",
+        type=float,
+        help="seconds left out of the fit (default: a third of the run, at least history + 60)",
+    )
     args = ap.parse_args()
     # Textual's and Rich's own caches (bounded: 1,024 to 4,096 entries each) take 15-20 minutes at 4 Hz
     # to fill; a fit that starts earlier measures them filling, not a leak.

@@ -60,8 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--demo-gpus", type=_gpu_count, default=4, metavar="N", help="GPUs in the demo (1-16)")
     ap.add_argument("--seed", type=int, default=0, help="the demo's random seed")
     ap.add_argument("--interval", type=_interval, default=1.0, metavar="S", help="seconds between samples")
-    ap.add_argument("--devices-dir", type=_directory, metavar="DIR",
-                    help="where to look for nvidia device files (default /dev; the demo's own in --demo)")
+    ap.add_argument(
+        "--devices-dir",
+        type=_directory,
+        metavar="DIR",
+        help="where to look for nvidia device files (default /dev; the demo's own in --demo)",
+    )
     ap.add_argument("--no-mouse", action="store_true", help="no mouse tracking (less traffic over SSH)")
     ap.add_argument("--readonly", action="store_true", help="never send a signal: no kill in the UI")
     out = ap.add_mutually_exclusive_group()
@@ -165,8 +169,7 @@ def record_command(argv: list[str]) -> int:
         ap.error(f"no such directory: {path.parent}")
     from gputui.collect.sampler import Sampler
 
-    recorder = Recorder(path, as_csv=args.csv,
-                        max_bytes=int(args.max_size * 1e6) if args.max_size else None)
+    recorder = Recorder(path, as_csv=args.csv, max_bytes=int(args.max_size * 1e6) if args.max_size else None)
     try:
         recorder.open()
     except RecordError as err:
@@ -185,8 +188,10 @@ def record_command(argv: list[str]) -> int:
         return 1
     finally:
         recorder.close()
-    print(f"gputui record: {recorder.written} snapshots {'in' if path else 'to'} "
-          f"{recorder.where}", file=sys.stderr)
+    print(
+        f"gputui record: {recorder.written} snapshots {'in' if path else 'to'} {recorder.where}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -210,17 +215,28 @@ def replay_command(argv: list[str]) -> int:
     snaps = found.snapshots
     if not snaps:
         why = f" ({printable(found.first_bad)})" if found.first_bad else ""
-        print(f"gputui replay: {name} holds no gputui snapshot (JSON Lines from `gputui record`){why}",
-              file=sys.stderr)
+        print(
+            f"gputui replay: {name} holds no gputui snapshot (JSON Lines from `gputui record`){why}",
+            file=sys.stderr,
+        )
         return 2
     from gputui.collect.replay import ReplaySampler
     from gputui.ui.app import GpuTuiApp
 
-    app = GpuTuiApp(ReplaySampler(snaps), interval=ReplaySampler.interval_of(snaps, args.speed),
-                    mouse=not args.no_mouse, readonly=True, replay=True)
+    app = GpuTuiApp(
+        ReplaySampler(snaps),
+        interval=ReplaySampler.interval_of(snaps, args.speed),
+        mouse=not args.no_mouse,
+        readonly=True,
+        replay=True,
+    )
     if found.bad:
-        app.notes.append(printable(f"{found.bad} lines of {name} were not snapshots and were skipped "
-                                   f"(the first, {found.first_bad})"))
+        app.notes.append(
+            printable(
+                f"{found.bad} lines of {name} were not snapshots and were skipped "
+                f"(the first, {found.first_bad})"
+            )
+        )
     if found.stopped:
         app.notes.append(printable(f"{name}: {found.stopped}; replaying what was read"))
     code = app.run(mouse=not args.no_mouse)
@@ -243,18 +259,29 @@ def export_command(argv: list[str]) -> int:
     """`gputui export`: a Prometheus exporter with dcgm-exporter's metric names, plus gputui's own."""
     ap = _Parser(prog="gputui export", description="Serve GPU metrics to Prometheus.")
     ap.add_argument("--port", type=_port, default=9400, help="port to listen on (default 9400; 0: any)")
-    ap.add_argument("--bind", default="127.0.0.1", metavar="ADDR",
-                    help="address to listen on (default 127.0.0.1; 0.0.0.0 for a remote Prometheus)")
+    ap.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0 for a remote Prometheus)",
+    )
     ap.add_argument("--interval", type=_interval, default=1.0, metavar="S", help="seconds between samples")
-    ap.add_argument("--hostname", type=_hostname, metavar="NAME",
-                    help="the Hostname label (default: this machine's host name)")
+    ap.add_argument(
+        "--hostname",
+        type=_hostname,
+        metavar="NAME",
+        help="the Hostname label (default: this machine's host name)",
+    )
     _source_flags(ap)
     args = ap.parse_args(argv)
     try:
         from gputui.export import exporter as ex
     except ImportError as err:
-        print(f"gputui export: needs prometheus-client ({err.name} is missing): "
-              "pip install 'gputui[prometheus]'", file=sys.stderr)
+        print(
+            f"gputui export: needs prometheus-client ({err.name} is missing): "
+            "pip install 'gputui[prometheus]'",
+            file=sys.stderr,
+        )
         return 2
     from gputui.collect.sampler import Sampler
 
@@ -267,8 +294,10 @@ def export_command(argv: list[str]) -> int:
             try:
                 server, port = ex.serve(exporter, args.port, args.bind)
             except OSError as err:
-                print(f"gputui export: cannot listen on {args.bind}:{args.port}: {err.strerror or err}",
-                      file=sys.stderr)
+                print(
+                    f"gputui export: cannot listen on {args.bind}:{args.port}: {err.strerror or err}",
+                    file=sys.stderr,
+                )
                 return 2
             try:
                 ex.announce(port, args.bind, exporter, args.interval)
@@ -306,15 +335,30 @@ def fleet_command(argv: list[str]) -> int:
             raise argparse.ArgumentTypeError(str(err)) from None
 
     ap = _Parser(prog="gputui fleet", description="The fleet's GPUs, from Prometheus.")
-    ap.add_argument("--prometheus", type=url, required=True, metavar="URL",
-                    help="Prometheus's address, e.g. http://prometheus:9090")
-    ap.add_argument("--selector", default="", metavar="MATCHERS",
-                    help='label matchers for the GPU series, e.g. \'job="gpu",Hostname=~"node.*"\'')
+    ap.add_argument(
+        "--prometheus",
+        type=url,
+        required=True,
+        metavar="URL",
+        help="Prometheus's address, e.g. http://prometheus:9090",
+    )
+    ap.add_argument(
+        "--selector",
+        default="",
+        metavar="MATCHERS",
+        help='label matchers for the GPU series, e.g. \'job="gpu",Hostname=~"node.*"\'',
+    )
     ap.add_argument("--interval", type=_interval, default=5.0, metavar="S", help="seconds between refreshes")
-    ap.add_argument("--window", type=_duration, default=DEFAULT_WINDOW_S, metavar="W",
-                    help="how far back the sparklines go (default 15m)")
-    ap.add_argument("--timeout", type=_positive, default=5.0, metavar="S",
-                    help="give up on a query after S seconds")
+    ap.add_argument(
+        "--window",
+        type=_duration,
+        default=DEFAULT_WINDOW_S,
+        metavar="W",
+        help="how far back the sparklines go (default 15m)",
+    )
+    ap.add_argument(
+        "--timeout", type=_positive, default=5.0, metavar="S", help="give up on a query after S seconds"
+    )
     ap.add_argument("--sort", choices=SORTS, default="busy")
     ap.add_argument("--no-mouse", action="store_true")
     args = ap.parse_args(argv)
@@ -376,9 +420,15 @@ def _pid(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    commands = {"run": run_command, "agent": agent_command, "record": record_command,
-                "replay": replay_command, "export": export_command, "fleet": fleet_command,
-                "doctor": doctor_command}
+    commands = {
+        "run": run_command,
+        "agent": agent_command,
+        "record": record_command,
+        "replay": replay_command,
+        "export": export_command,
+        "fleet": fleet_command,
+        "doctor": doctor_command,
+    }
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         # SystemExit unwinds through `finally`: a recording is closed, the demo's children go.
         # (SIGINT too: left to asyncio, one that comes while the app starts would be swallowed.)
@@ -445,8 +495,13 @@ def _tui(args: argparse.Namespace) -> int:
         threading.Thread(target=_prefetch_quietly, args=(sampler,), daemon=True).start()
         from gputui.ui.app import GpuTuiApp
 
-        app = GpuTuiApp(sampler, interval=args.interval, mouse=not args.no_mouse,
-                        devices_dir=args.devices_dir, readonly=args.readonly)
+        app = GpuTuiApp(
+            sampler,
+            interval=args.interval,
+            mouse=not args.no_mouse,
+            devices_dir=args.devices_dir,
+            readonly=args.readonly,
+        )
         code = app.run(mouse=not args.no_mouse)
     finally:
         from gputui.ui import hangup
@@ -455,8 +510,10 @@ def _tui(args: argparse.Namespace) -> int:
         # closing NVML may wait behind that very call. (The demo's children end at once either way.)
         close_within_s = 2.0
         if not hangup.finish_within(close_within_s, sampler.close):
-            print(f"gputui: the GPU source did not close within {close_within_s:g} s; leaving it behind",
-                  file=sys.stderr)
+            print(
+                f"gputui: the GPU source did not close within {close_within_s:g} s; leaving it behind",
+                file=sys.stderr,
+            )
     if app.error:
         print(f"gputui: {app.error}", file=sys.stderr)
     return code if code is not None else 0

@@ -36,16 +36,33 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"unsupported schema_version {data.get('schema_version')!r}")
     try:
-        gpus = tuple(GpuSample(**{**g, "throttle_reasons": None if g.get("throttle_reasons") is None
-                                  else tuple(g["throttle_reasons"])}) for g in data["gpus"])
-        procs = tuple(ProcessRow(**{**p, "devices": None if p.get("devices") is None
-                                    else tuple(p["devices"])}) for p in data["processes"])
+        gpus = tuple(
+            GpuSample(
+                **{
+                    **g,
+                    "throttle_reasons": None
+                    if g.get("throttle_reasons") is None
+                    else tuple(g["throttle_reasons"]),
+                }
+            )
+            for g in data["gpus"]
+        )
+        procs = tuple(
+            ProcessRow(**{**p, "devices": None if p.get("devices") is None else tuple(p["devices"])})
+            for p in data["processes"]
+        )
         return Snapshot(
-            time=data["time"], hostname=data["hostname"], source=data["source"],
-            driver_version=data["driver_version"], nvml_version=data["nvml_version"],
-            cuda_driver_version=data["cuda_driver_version"], gpus=gpus, processes=procs,
+            time=data["time"],
+            hostname=data["hostname"],
+            source=data["source"],
+            driver_version=data["driver_version"],
+            nvml_version=data["nvml_version"],
+            cuda_driver_version=data["cuda_driver_version"],
+            gpus=gpus,
+            processes=procs,
             unaccounted_memory={int(k): v for k, v in data["unaccounted_memory"].items()},
-            errors=tuple(data["errors"]), unreadable_fds=data["unreadable_fds"],
+            errors=tuple(data["errors"]),
+            unreadable_fds=data["unreadable_fds"],
             agents=_agents(data.get("agents", {})),
         )
     except (KeyError, TypeError, AttributeError) as err:

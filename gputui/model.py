@@ -213,8 +213,9 @@ class Snapshot:
         return tuple(p for p in self.processes if p.gpu == gpu)
 
 
-def unaccounted_memory(gpus: tuple[GpuSample, ...], procs: tuple[GpuProcess, ...] | tuple[ProcessRow, ...]
-                       ) -> dict[int, int | None]:
+def unaccounted_memory(
+    gpus: tuple[GpuSample, ...], procs: tuple[GpuProcess, ...] | tuple[ProcessRow, ...]
+) -> dict[int, int | None]:
     """Used memory that no listed process accounts for: leaks, contexts of invisible processes, ..."""
     out: dict[int, int | None] = {}
     for gpu in gpus:

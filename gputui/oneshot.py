@@ -28,9 +28,11 @@ def gpu_line(g: GpuSample) -> str:
     name = (g.name or NA)[:24]
     if g.lost:
         return f"{g.index:<3} {name:<24} LOST — the GPU fell off the bus or needs a reset"
-    line = (f"{g.index:<3} {name:<24} {fmt_pct(g.util_gpu):>4}  {_gib(g.mem_used, g.mem_total):>16}  "
-            f"{fmt_num(g.temperature, 'C'):>4}  {_power(g):>11}  {fmt_num(g.sm_clock, ' MHz'):>8}  "
-            f"{'P' + str(g.pstate) if g.pstate is not None else NA:>3}")
+    line = (
+        f"{g.index:<3} {name:<24} {fmt_pct(g.util_gpu):>4}  {_gib(g.mem_used, g.mem_total):>16}  "
+        f"{fmt_num(g.temperature, 'C'):>4}  {_power(g):>11}  {fmt_num(g.sm_clock, ' MHz'):>8}  "
+        f"{'P' + str(g.pstate) if g.pstate is not None else NA:>3}"
+    )
     throttled = [r for r in g.throttle_reasons or () if r in _NOTABLE_REASONS]
     if throttled:
         line += "  throttled: " + ",".join(throttled)
@@ -44,34 +46,43 @@ def process_line(p: ProcessRow, width: int | None) -> str:
     cpu = fmt_pct(p.cpu_percent)
     command = p.command if p.visible else "(not visible here: another PID namespace, or gone)"
     on_nvml = bool(p.kinds)
-    line = (f"    {p.pid:>7} {user[:10]:<10} {p.kinds or '-':<3} "
-            f"{fmt_bytes(p.used_memory) if on_nvml else '-':>10} {fmt_pct(p.sm_util) if on_nvml else '-':>4} "
-            f"{cpu:>5} {fmt_bytes(p.rss):>10} {p.category:<13} {printable(command or NA)}")
+    line = (
+        f"    {p.pid:>7} {user[:10]:<10} {p.kinds or '-':<3} "
+        f"{fmt_bytes(p.used_memory) if on_nvml else '-':>10} {fmt_pct(p.sm_util) if on_nvml else '-':>4} "
+        f"{cpu:>5} {fmt_bytes(p.rss):>10} {p.category:<13} {printable(command or NA)}"
+    )
     return line[:width] if width else line
 
 
 def render(snap: Snapshot, width: int | None = None) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.time))
-    head = (f"gputui {__version__} · {snap.hostname} · driver {snap.driver_version or NA} · "
-            f"CUDA {snap.cuda_driver_version or NA} · {stamp}")
+    head = (
+        f"gputui {__version__} · {snap.hostname} · driver {snap.driver_version or NA} · "
+        f"CUDA {snap.cuda_driver_version or NA} · {stamp}"
+    )
     if snap.source == "demo":
         head += " · DEMO (simulated GPUs)"
-    lines = [head,
-             f"{'GPU':<3} {'NAME':<24} {'UTIL':>4}  {'MEMORY':>16}  {'TEMP':>4}  {'POWER':>11}  "
-             f"{'SM CLK':>8}  {'PST':>3}"]
+    lines = [
+        head,
+        f"{'GPU':<3} {'NAME':<24} {'UTIL':>4}  {'MEMORY':>16}  {'TEMP':>4}  {'POWER':>11}  "
+        f"{'SM CLK':>8}  {'PST':>3}",
+    ]
     if not snap.gpus:
         lines.append("(no GPUs)")
     for g in snap.gpus:
         lines.append(gpu_line(g))
         procs = snap.processes_on(g.index)
         if procs:
-            lines.append(f"    {'PID':>7} {'USER':<10} {'TYP':<3} {'GPU MEM':>10} {'SM%':>4} {'CPU%':>5} "
-                         f"{'RSS':>10} {'CLASS':<13} COMMAND")
+            lines.append(
+                f"    {'PID':>7} {'USER':<10} {'TYP':<3} {'GPU MEM':>10} {'SM%':>4} {'CPU%':>5} "
+                f"{'RSS':>10} {'CLASS':<13} COMMAND"
+            )
         lines.extend(process_line(p, width) for p in procs)
         extra = snap.unaccounted_memory.get(g.index)
         if extra:
-            lines.append(f"    {'':>7} {'unaccounted':<14} {fmt_bytes(extra):>10}  "
-                         "(used by no listed process)")
+            lines.append(
+                f"    {'':>7} {'unaccounted':<14} {fmt_bytes(extra):>10}  (used by no listed process)"
+            )
     others = snap.processes_on(None)
     if others:
         lines.append("(GPU unknown: holding only /dev/nvidiactl or /dev/nvidia-uvm)")

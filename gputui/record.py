@@ -25,9 +25,23 @@ from gputui.units import fmt_bytes, printable
 KEEP_ROTATED = 5
 NA = "[N/A]"  # what nvidia-smi writes for a field it cannot read
 CSV_COLUMNS = (
-    "timestamp", "index", "name", "uuid", "pci.bus_id", "utilization.gpu [%]", "utilization.memory [%]",
-    "memory.used [MiB]", "memory.total [MiB]", "temperature.gpu", "power.draw [W]", "power.limit [W]",
-    "clocks.sm [MHz]", "clocks.mem [MHz]", "pstate", "fan.speed [%]", "clocks_event_reasons.active",
+    "timestamp",
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "utilization.gpu [%]",
+    "utilization.memory [%]",
+    "memory.used [MiB]",
+    "memory.total [MiB]",
+    "temperature.gpu",
+    "power.draw [W]",
+    "power.limit [W]",
+    "clocks.sm [MHz]",
+    "clocks.mem [MHz]",
+    "pstate",
+    "fan.speed [%]",
+    "clocks_event_reasons.active",
 )
 
 
@@ -45,11 +59,25 @@ def csv_rows(snap: Snapshot) -> Iterator[list[str]]:
         return NA if x is None else f"{x:.2f}"
 
     for g in snap.gpus:
-        yield [stamp, str(g.index), v(g.name), v(g.uuid), v(g.pci_bus_id), v(g.util_gpu), v(g.util_mem),
-               mib(g.mem_used), mib(g.mem_total), v(g.temperature),
-               watts(g.power), watts(g.power_limit),
-               v(g.sm_clock), v(g.mem_clock), NA if g.pstate is None else f"P{g.pstate}", v(g.fan),
-               NA if g.throttle_reasons is None else (" ".join(g.throttle_reasons) or "none")]
+        yield [
+            stamp,
+            str(g.index),
+            v(g.name),
+            v(g.uuid),
+            v(g.pci_bus_id),
+            v(g.util_gpu),
+            v(g.util_mem),
+            mib(g.mem_used),
+            mib(g.mem_total),
+            v(g.temperature),
+            watts(g.power),
+            watts(g.power_limit),
+            v(g.sm_clock),
+            v(g.mem_clock),
+            NA if g.pstate is None else f"P{g.pstate}",
+            v(g.fan),
+            NA if g.throttle_reasons is None else (" ".join(g.throttle_reasons) or "none"),
+        ]
 
 
 def _last_byte(fd: int) -> bytes:
@@ -156,8 +184,11 @@ class Recorder:
 
     def _failed(self, err: OSError) -> RecordError:
         reason = err.strerror or str(err)
-        return RecordError(f"cannot write to {self.where}: {reason}" if self.to_stdout
-                           else f"cannot write {self.where}: {reason}")
+        return RecordError(
+            f"cannot write to {self.where}: {reason}"
+            if self.to_stdout
+            else f"cannot write {self.where}: {reason}"
+        )
 
     def rotate(self) -> None:
         self.close()

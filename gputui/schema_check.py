@@ -18,16 +18,41 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 ANNOTATIONS = frozenset({"$schema", "$id", "title", "description"})
-KEYWORDS = frozenset({"type", "const", "enum", "properties", "required", "additionalProperties", "items",
-                      "minimum", "maximum", "pattern", "propertyNames"})
-LIMIT = 2 ** 63  # an int: comparing a 400-digit integer with a float overflows
+KEYWORDS = frozenset(
+    {
+        "type",
+        "const",
+        "enum",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "minimum",
+        "maximum",
+        "pattern",
+        "propertyNames",
+    }
+)
+LIMIT = 2**63  # an int: comparing a 400-digit integer with a float overflows
 # What json.loads makes of each JSON type; exact types, so that a bool is never an integer.
 TYPES: dict[str, tuple[type, ...]] = {
-    "null": (type(None),), "boolean": (bool,), "integer": (int,), "number": (int, float), "string": (str,),
-    "array": (list,), "object": (dict,),
+    "null": (type(None),),
+    "boolean": (bool,),
+    "integer": (int,),
+    "number": (int, float),
+    "string": (str,),
+    "array": (list,),
+    "object": (dict,),
 }
-NAMES = {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-         list: "an array", dict: "an object"}
+NAMES = {
+    type(None): "null",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "an array",
+    dict: "an object",
+}
 
 Check = Callable[[Any], Any]
 
@@ -52,8 +77,12 @@ def supported(schema: Mapping[str, Any]) -> None:
     for kind in types if isinstance(types, list) else [types]:
         if kind not in TYPES:
             raise SchemaError(f"schema type not supported: {kind!r}")
-    for sub in (*schema.get("properties", {}).values(), schema.get("items"), schema.get("propertyNames"),
-                schema.get("additionalProperties")):
+    for sub in (
+        *schema.get("properties", {}).values(),
+        schema.get("items"),
+        schema.get("propertyNames"),
+        schema.get("additionalProperties"),
+    ):
         if isinstance(sub, Mapping):
             supported(sub)
 
@@ -73,8 +102,11 @@ class Checker:
         return self._check(document)
 
     def _compile(self, schema: Mapping[str, Any]) -> Check:
-        steps = [step for step in (self._kind(schema), _const(schema), _enum(schema), _number(schema),
-                                   _pattern(schema)) if step is not None]
+        steps = [
+            step
+            for step in (self._kind(schema), _const(schema), _enum(schema), _number(schema), _pattern(schema))
+            if step is not None
+        ]
         inner = self._items(schema) or self._object(schema)
         text = self.text
 
@@ -84,6 +116,7 @@ class Checker:
             if inner is not None and type(value) in (list, dict):
                 return inner(value)
             return text(value) if type(value) is str else value
+
         return check
 
     def _kind(self, schema: Mapping[str, Any]) -> Check | None:
@@ -97,6 +130,7 @@ class Checker:
             if type(value) not in allowed:
                 found = NAMES.get(type(value), type(value).__name__)
                 raise SchemaError(f"{found} where {expected} was expected")
+
         return kind
 
     def _items(self, schema: Mapping[str, Any]) -> Check | None:
@@ -114,6 +148,7 @@ class Checker:
                 except SchemaError as err:
                     raise err.inside(f"[{i}]") from None
             return out
+
         return items
 
     def _object(self, schema: Mapping[str, Any]) -> Check | None:
@@ -144,6 +179,7 @@ class Checker:
                 except SchemaError as err:
                     raise err.inside(f".{_short(name) if name not in properties else name}") from None
             return out
+
         return obj
 
 
@@ -161,6 +197,7 @@ def _const(schema: Mapping[str, Any]) -> Check | None:
     def const(value: Any) -> None:
         if not _same(value, expected):
             raise SchemaError(f"must be {expected!r}")
+
     return const
 
 
@@ -172,6 +209,7 @@ def _enum(schema: Mapping[str, Any]) -> Check | None:
     def enum(value: Any) -> None:
         if not any(_same(value, option) for option in options):
             raise SchemaError(f"{_short(value)} is not one of the allowed values")
+
     return enum
 
 
@@ -191,6 +229,7 @@ def _number(schema: Mapping[str, Any]) -> Check | None:
             raise SchemaError(f"{value} is below {low}")
         if high is not None and value > high:
             raise SchemaError(f"{value} is above {high}")
+
     return number
 
 
@@ -203,6 +242,7 @@ def _pattern(schema: Mapping[str, Any]) -> Check | None:
     def pattern(value: Any) -> None:
         if type(value) is str and not regex.search(value):
             raise SchemaError(f"{_short(value)} does not match {text}")
+
     return pattern
 
 

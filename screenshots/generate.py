@@ -45,11 +45,13 @@ class Clock:
         return self.t
 
 
-async def shoot(name: str, size: tuple[int, int], gpus: int, keys: tuple[str, ...] = (),
-                agent: bool = False) -> None:
+async def shoot(
+    name: str, size: tuple[int, int], gpus: int, keys: tuple[str, ...] = (), agent: bool = False
+) -> None:
     clock = Clock()
-    sampler = Sampler(DemoSource(gpus=gpus, seed=0, clock=clock, start_at=600.0), clock=clock,
-                      monotonic=clock)
+    sampler = Sampler(
+        DemoSource(gpus=gpus, seed=0, clock=clock, start_at=600.0), clock=clock, monotonic=clock
+    )
     if agent:  # the demo's trainer 0 "runs" an agent: a reply recorded in tests/fixtures
         sampler.agents = _RecordedAgent(sampler)  # type: ignore[assignment]
     app = GpuTuiApp(sampler, interval=1.0)
@@ -103,34 +105,80 @@ class _FleetOnRecord(FleetReader):
             gpus = []
             for g in range(8):
                 level = 3.0 if idle else rng.uniform(80, 98)
-                series = tuple(max(0.0, min(100.0, level + rng.gauss(0, 3)
-                                            - (60 if not idle and rng.random() < 0.01 else 0)))
-                               for _ in range(self.points))
+                series = tuple(
+                    max(
+                        0.0,
+                        min(100.0, level + rng.gauss(0, 3) - (60 if not idle and rng.random() < 0.01 else 0)),
+                    )
+                    for _ in range(self.points)
+                )
                 used = 2000.0 if idle else rng.uniform(50_000, 78_000)
-                gpus.append(FleetGpu(str(g), f"GPU-{h:02d}{g:02d}", "NVIDIA H100 80GB HBM3", util=series[-1],
-                                     mem_used=used, mem_free=81_559.0 - used, temperature=rng.uniform(40, 75),
-                                     power=80.0 if idle else rng.uniform(450, 690), series=series,
-                                     dips=None if dcgm_only else float(rng.randint(0, 3) * (not idle))))
+                gpus.append(
+                    FleetGpu(
+                        str(g),
+                        f"GPU-{h:02d}{g:02d}",
+                        "NVIDIA H100 80GB HBM3",
+                        util=series[-1],
+                        mem_used=used,
+                        mem_free=81_559.0 - used,
+                        temperature=rng.uniform(40, 75),
+                        power=80.0 if idle else rng.uniform(450, 690),
+                        series=series,
+                        dips=None if dcgm_only else float(rng.randint(0, 3) * (not idle)),
+                    )
+                )
             zombies = {"defunct": 1 if h == 4 else 0, "orphan": 1 if h == 2 else 0, "nvml-only": int(h == 2)}
-            hosts.append(FleetHost(name, f"{name}:9400", "gpu", tuple(gpus), last_seen=now,
-                                   gputui=not dcgm_only, zombies={} if dcgm_only else zombies))
+            hosts.append(
+                FleetHost(
+                    name,
+                    f"{name}:9400",
+                    "gpu",
+                    tuple(gpus),
+                    last_seen=now,
+                    gputui=not dcgm_only,
+                    zombies={} if dcgm_only else zombies,
+                )
+            )
         hosts[7] = replace(hosts[7], stale=True, down=True, last_seen=now - 95)
-        detail = HostDetail("train-03", (
-            FleetProcess("0", "41877", "alice", "python train.py --config llama-7b.yaml", "ok", 71.2 * 2**30),
-            FleetProcess("1", "41878", "alice", "python train.py --config llama-7b.yaml", "ok", 70.9 * 2**30),
-            FleetProcess("2", "39011", "bob", "python eval.py --ckpt last.pt", "orphan", 9.5 * 2**30),
-            FleetProcess("3", "40002", "", "", "nvml-only", 1.0 * 2**30),
-        ), (FleetAgent("41877", "python train.py --config llama-7b.yaml", "0",
-                       {"allocated_bytes": 52.6e9, "reserved_bytes": 66.5e9, "fragmentation_percent": 84.6,
-                        "alloc_retries_total": 3.0, "ooms_total": 0.0}),),
-            {str(g): tuple(min(90.0, 60.0 + 4 * g + i / 20) for i in range(self.points)) for g in range(8)})
-        self.fixed = FleetView(tuple(hosts), start=now - 900.0, end=now, step=self.step, fetched_at=now,
-                               queries=5)
+        detail = HostDetail(
+            "train-03",
+            (
+                FleetProcess(
+                    "0", "41877", "alice", "python train.py --config llama-7b.yaml", "ok", 71.2 * 2**30
+                ),
+                FleetProcess(
+                    "1", "41878", "alice", "python train.py --config llama-7b.yaml", "ok", 70.9 * 2**30
+                ),
+                FleetProcess("2", "39011", "bob", "python eval.py --ckpt last.pt", "orphan", 9.5 * 2**30),
+                FleetProcess("3", "40002", "", "", "nvml-only", 1.0 * 2**30),
+            ),
+            (
+                FleetAgent(
+                    "41877",
+                    "python train.py --config llama-7b.yaml",
+                    "0",
+                    {
+                        "allocated_bytes": 52.6e9,
+                        "reserved_bytes": 66.5e9,
+                        "fragmentation_percent": 84.6,
+                        "alloc_retries_total": 3.0,
+                        "ooms_total": 0.0,
+                    },
+                ),
+            ),
+            {str(g): tuple(min(90.0, 60.0 + 4 * g + i / 20) for i in range(self.points)) for g in range(8)},
+        )
+        self.fixed = FleetView(
+            tuple(hosts), start=now - 900.0, end=now, step=self.step, fetched_at=now, queries=5
+        )
         self.detail = detail
 
     def refresh(self) -> FleetView:
-        self.view = replace(self.fixed, detail=replace(self.detail, host=self.focus) if self.focus else None,
-                            queries=8 if self.focus else 5)
+        self.view = replace(
+            self.fixed,
+            detail=replace(self.detail, host=self.focus) if self.focus else None,
+            queries=8 if self.focus else 5,
+        )
         return self.view
 
 

@@ -24,10 +24,17 @@ from gputui.oneshot import render
 TIMEOUT = 60
 
 
-def gputui_run(*args: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT
-               ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gputui", *args], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout, env=env)
+def gputui_run(
+    *args: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gputui", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def _no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
@@ -40,8 +47,13 @@ def _no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
 
 @pytest.fixture(scope="module")
 def demo_json() -> tuple[subprocess.CompletedProcess[str], int]:
-    proc = subprocess.Popen([sys.executable, "-m", "gputui", "--demo", "--json"], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gputui", "--demo", "--json"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate(timeout=TIMEOUT)
     finally:
@@ -51,8 +63,9 @@ def demo_json() -> tuple[subprocess.CompletedProcess[str], int]:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), proc.pid
 
 
-def test_demo_json_validates_against_the_schema(demo_json: tuple[subprocess.CompletedProcess[str], int]
-                                                ) -> None:
+def test_demo_json_validates_against_the_schema(
+    demo_json: tuple[subprocess.CompletedProcess[str], int],
+) -> None:
     result, _ = demo_json
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
@@ -63,14 +76,16 @@ def test_demo_json_validates_against_the_schema(demo_json: tuple[subprocess.Comp
     assert data["schema_version"] == 1 and data["source"] == "demo"
 
 
-def test_demo_json_has_every_gpu_and_the_trainers(demo_json: tuple[subprocess.CompletedProcess[str], int]
-                                                  ) -> None:
+def test_demo_json_has_every_gpu_and_the_trainers(
+    demo_json: tuple[subprocess.CompletedProcess[str], int],
+) -> None:
     result, gputui_pid = demo_json
     data = json.loads(result.stdout)
     assert [g["index"] for g in data["gpus"]] == [0, 1, 2, 3]
     assert all(g["name"] == "NVIDIA H100 80GB HBM3" for g in data["gpus"])
-    trainers = [p for p in data["processes"]
-                if p["kinds"] and p["command"] and "--role trainer" in p["command"]]
+    trainers = [
+        p for p in data["processes"] if p["kinds"] and p["command"] and "--role trainer" in p["command"]
+    ]
     assert sorted(p["gpu"] for p in trainers) == [0, 1, 2, 3]
     for p in trainers:
         assert p["visible"] is True
@@ -114,8 +129,9 @@ def test_demo_once_shows_gpus_processes_and_unaccounted_memory() -> None:
     _no_traceback(result)
     lines = result.stdout.splitlines()
     assert "DEMO" in lines[0] and lines[0].startswith(f"gputui {gputui.__version__}")
-    gpu_at = [next(n for n, line in enumerate(lines) if re.match(rf"{i}\s+NVIDIA H100", line))
-              for i in range(4)]
+    gpu_at = [
+        next(n for n, line in enumerate(lines) if re.match(rf"{i}\s+NVIDIA H100", line)) for i in range(4)
+    ]
     assert gpu_at == sorted(gpu_at)
     sections = [lines[a:b] for a, b in zip(gpu_at, [*gpu_at[1:], len(lines)], strict=True)]
     pids = []
@@ -150,8 +166,9 @@ def test_render_shows_every_pid_of_a_snapshot() -> None:
 
 @pytest.fixture(scope="module")
 def no_nvml() -> None:
-    probe = subprocess.run([sys.executable, "-c", "import pynvml; pynvml.nvmlInit()"],
-                           capture_output=True, timeout=TIMEOUT)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import pynvml; pynvml.nvmlInit()"], capture_output=True, timeout=TIMEOUT
+    )
     if probe.returncode == 0:
         pytest.skip("NVML works on this machine")
 
@@ -173,22 +190,25 @@ def test_without_a_driver_one_line_and_exit_2(no_nvml: None, args: list[str]) ->
 # -- bad flags -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [
-    ["--interval", "0"],
-    ["--interval", "abc"],
-    ["--interval", "-1"],
-    ["--interval", "nan"],
-    ["--interval", "1e999"],
-    ["--demo", "--demo-gpus", "17"],
-    ["--demo", "--demo-gpus", "0"],
-    ["--demo", "--demo-gpus", "two"],
-    ["--seed", "x"],
-    ["--devices-dir", "/nonexistent"],
-    ["--once", "--json"],
-    ["--demo", "--once", "--json"],
-    ["--no-such-flag"],
-    ["stray"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--interval", "0"],
+        ["--interval", "abc"],
+        ["--interval", "-1"],
+        ["--interval", "nan"],
+        ["--interval", "1e999"],
+        ["--demo", "--demo-gpus", "17"],
+        ["--demo", "--demo-gpus", "0"],
+        ["--demo", "--demo-gpus", "two"],
+        ["--seed", "x"],
+        ["--devices-dir", "/nonexistent"],
+        ["--once", "--json"],
+        ["--demo", "--once", "--json"],
+        ["--no-such-flag"],
+        ["stray"],
+    ],
+)
 def test_bad_flags_one_line_and_exit_2(args: list[str]) -> None:
     result = gputui_run(*args)
     assert result.returncode == 2
@@ -226,8 +246,13 @@ def test_reader_gone_before_the_output(args: list[str], buffered: bool, tmp_path
     if not buffered:
         env["PYTHONUNBUFFERED"] = "1"
     with open(tmp_path / "stderr", "w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "gputui", *args], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=err, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gputui", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=env,
+        )
         assert proc.stdout is not None
         proc.stdout.close()  # before gputui has written anything: it needs two ticks first
         try:
@@ -247,8 +272,13 @@ def test_reader_gone_before_the_output(args: list[str], buffered: bool, tmp_path
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=TIMEOUT)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
 
 
 def test_headless_modules_do_not_import_textual() -> None:
@@ -256,7 +286,8 @@ def test_headless_modules_do_not_import_textual() -> None:
         "import gputui.collect.sampler, gputui.collect.demo, gputui.collect.nvml, gputui.collect.procs\n"
         "import gputui.cli, gputui.oneshot, gputui.jsonout, gputui.model, sys\n"
         "import gputui.export.exporter, gputui.export.fleet, gputui.export.metrics, gputui.export.promql\n"
-        "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))\n")
+        "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))\n"
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -266,6 +297,7 @@ def test_demo_json_does_not_import_textual() -> None:
         "from gputui.cli import main\n"
         "rc = main(['--demo', '--json'])\n"
         "assert rc == 0, rc\n"
-        "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))\n")
+        "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))\n"
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["source"] == "demo"

@@ -31,15 +31,26 @@ DEMO = ("--demo", "--demo-gpus", "2", "--interval", "0.2")
 
 
 def gputui(*args: str | Path, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gputui", *map(str, args)], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gputui", *map(str, args)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start(*args: str | Path, tmpdir: Path | None = None) -> subprocess.Popen[str]:
     """`tmpdir`: the TMPDIR the demo makes its stand-in device directory in."""
     env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir is not None else None
-    return subprocess.Popen([sys.executable, "-m", "gputui", *map(str, args)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gputui", *map(str, args)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
@@ -147,8 +158,17 @@ def test_record_csv_has_nvidia_smi_columns_and_a_row_per_gpu_per_sample(recordin
     with open(recordings.csv, newline="") as f:
         header, *rows = list(csv.reader(f))
     assert tuple(header) == CSV_COLUMNS
-    for name in ("timestamp", "index", "name", "utilization.gpu [%]", "memory.used [MiB]", "temperature.gpu",
-                 "power.draw [W]", "memory.total [MiB]", "pstate"):
+    for name in (
+        "timestamp",
+        "index",
+        "name",
+        "utilization.gpu [%]",
+        "memory.used [MiB]",
+        "temperature.gpu",
+        "power.draw [W]",
+        "memory.total [MiB]",
+        "pstate",
+    ):
         assert name in header
     assert len(rows) == 2 * n
     col = {name: i for i, name in enumerate(header)}
@@ -254,14 +274,18 @@ def test_a_signal_during_recording_ends_it_cleanly(tmp_path: Path, sig: signal.S
 # -- bad flags ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("flags", [
-    ("--interval", "0"),
-    ("--interval", "soon"),
-    ("--duration", "-1"),
-    ("--duration", "0"),
-    ("--max-size", "0"),
-    ("--demo-gpus", "99"),
-], ids=lambda f: " ".join(f))
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--interval", "0"),
+        ("--interval", "soon"),
+        ("--duration", "-1"),
+        ("--duration", "0"),
+        ("--max-size", "0"),
+        ("--demo-gpus", "99"),
+    ],
+    ids=lambda f: " ".join(f),
+)
 def test_record_bad_flags_exit_2_with_one_line(tmp_path: Path, flags: tuple[str, str]) -> None:
     path = tmp_path / "run.jsonl"
     err = one_line_error(gputui("record", path, "--demo", *flags), "gputui record")
@@ -293,17 +317,24 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _printable_fields(item: object) -> object:
-    changes = {f.name: printable(v) for f in dataclasses.fields(item)  # type: ignore[arg-type]
-               if isinstance(v := getattr(item, f.name), str)}
+    changes = {
+        f.name: printable(v)
+        for f in dataclasses.fields(item)  # type: ignore[arg-type]
+        if isinstance(v := getattr(item, f.name), str)
+    }
     return dataclasses.replace(item, **changes)  # type: ignore[type-var]
 
 
 def without_hosts(s: Snapshot) -> Snapshot:
     """`s` as a recording gives it back: without host processes (a UI aid, not recorded), and with the
     control characters of its strings (the world's WEIRD_COMMAND) replaced."""
-    return dataclasses.replace(s, host_processes=(), hostname=printable(s.hostname),
-                               processes=tuple(_printable_fields(p) for p in s.processes),  # type: ignore[misc]
-                               gpus=tuple(_printable_fields(g) for g in s.gpus))  # type: ignore[misc]
+    return dataclasses.replace(
+        s,
+        host_processes=(),
+        hostname=printable(s.hostname),
+        processes=tuple(_printable_fields(p) for p in s.processes),  # type: ignore[misc]
+        gpus=tuple(_printable_fields(g) for g in s.gpus),
+    )  # type: ignore[misc]
 
 
 def world_snaps(n: int = 8) -> list[Snapshot]:
@@ -311,8 +342,9 @@ def world_snaps(n: int = 8) -> list[Snapshot]:
     # Something of every kind of field: an agent's reply, an error, a lost GPU, a GPU reporting nothing.
     pid = world.trainer_pid(0)
     agents = {pid: AgentReport(pid, progress=TrainingProgress(steps_per_s=2.5, data_wait_share=0.4))}
-    snaps[1] = dataclasses.replace(snaps[1], agents=agents, errors=("nvmlDeviceGetFanSpeed: Not Supported",),
-                                   unreadable_fds=3)
+    snaps[1] = dataclasses.replace(
+        snaps[1], agents=agents, errors=("nvmlDeviceGetFanSpeed: Not Supported",), unreadable_fds=3
+    )
     gpus = list(snaps[2].gpus)
     gpus[1] = GpuSample(index=1, lost=True)
     gpus[2] = GpuSample(index=2)
@@ -334,8 +366,10 @@ def test_recorder_round_trip_reproduces_every_snapshot(tmp_path: Path) -> None:
     for a, b in zip(back, snaps, strict=True):
         assert a.gpus == b.gpus
         assert snapshot_to_dict(a)["gpus"] == [
-            dataclasses.asdict(g) | {"throttle_reasons": None if g.throttle_reasons is None
-                                     else list(g.throttle_reasons)} for g in b.gpus]
+            dataclasses.asdict(g)
+            | {"throttle_reasons": None if g.throttle_reasons is None else list(g.throttle_reasons)}
+            for g in b.gpus
+        ]
     assert back[1].agents == snaps[1].agents
     assert back[1].agents[world.trainer_pid(0)].progress.steps_per_s == 2.5
     assert back[2].gpus[1].lost and back[2].gpus[2] == GpuSample(index=2)
@@ -449,12 +483,21 @@ def assert_row(r: list[str], col: dict[str, int], g: GpuSample) -> bool:
     assert g.mem_used is not None and g.mem_total is not None and g.power is not None
     assert g.power_limit is not None
     expect = {
-        "index": str(g.index), "name": g.name, "uuid": g.uuid, "pci.bus_id": g.pci_bus_id,
-        "utilization.gpu [%]": str(g.util_gpu), "utilization.memory [%]": str(g.util_mem),
-        "memory.used [MiB]": str(g.mem_used // 2**20), "memory.total [MiB]": "81559",
-        "temperature.gpu": str(g.temperature), "power.draw [W]": f"{g.power:.2f}",
-        "power.limit [W]": f"{g.power_limit:.2f}", "clocks.sm [MHz]": str(g.sm_clock),
-        "clocks.mem [MHz]": str(g.mem_clock), "pstate": f"P{g.pstate}", "fan.speed [%]": NA,
+        "index": str(g.index),
+        "name": g.name,
+        "uuid": g.uuid,
+        "pci.bus_id": g.pci_bus_id,
+        "utilization.gpu [%]": str(g.util_gpu),
+        "utilization.memory [%]": str(g.util_mem),
+        "memory.used [MiB]": str(g.mem_used // 2**20),
+        "memory.total [MiB]": "81559",
+        "temperature.gpu": str(g.temperature),
+        "power.draw [W]": f"{g.power:.2f}",
+        "power.limit [W]": f"{g.power_limit:.2f}",
+        "clocks.sm [MHz]": str(g.sm_clock),
+        "clocks.mem [MHz]": str(g.mem_clock),
+        "pstate": f"P{g.pstate}",
+        "fan.speed [%]": NA,
         "clocks_event_reasons.active": " ".join(g.throttle_reasons or ()) or "none",
     }
     assert {k: r[col[k]] for k in expect} == expect
@@ -496,15 +539,18 @@ def test_csv_header_once_per_file_and_in_every_rotated_part(tmp_path: Path) -> N
 # -- replay: what stops it before the TUI ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("content", [
-    pytest.param("", id="empty"),
-    pytest.param("\n\n", id="blank"),
-    pytest.param("not json\n", id="text"),
-    pytest.param('{"schema_version": 1}\n', id="other-json"),
-    pytest.param(",".join(CSV_COLUMNS) + "\n", id="csv"),
-    pytest.param("[1, 2]\n[3, 4]\n", id="json-arrays"),
-    pytest.param("0.5\n", id="json-number"),
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("\n\n", id="blank"),
+        pytest.param("not json\n", id="text"),
+        pytest.param('{"schema_version": 1}\n', id="other-json"),
+        pytest.param(",".join(CSV_COLUMNS) + "\n", id="csv"),
+        pytest.param("[1, 2]\n[3, 4]\n", id="json-arrays"),
+        pytest.param("0.5\n", id="json-number"),
+    ],
+)
 def test_replay_of_a_file_without_snapshots_exits_2_with_one_line(tmp_path: Path, content: str) -> None:
     path = tmp_path / "nothing.jsonl"
     path.write_text(content)

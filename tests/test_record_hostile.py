@@ -36,8 +36,11 @@ def mount_tmpfs(where: Path, *options: str) -> bool:
     where.mkdir(exist_ok=True)
     if os.geteuid() != 0:
         return False
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(where)],
-                          capture_output=True, timeout=10)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(where)],
+        capture_output=True,
+        timeout=10,
+    )
     return done.returncode == 0
 
 
@@ -111,14 +114,21 @@ def limit_file_size(limit: int) -> Callable[[], None]:
     def apply() -> None:  # in the child, before exec: what `ulimit -f` does in a shell
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
 def test_record_past_a_file_size_limit_stops_with_one_line_and_whole_lines(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     command = [sys.executable, "-m", "gputui", "record", str(path), *DEMO, "--duration", "30"]
-    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=limit_file_size(40_000))
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=limit_file_size(40_000),
+    )
     err = one_error_line(finish(proc), 1)
     assert f"cannot write {path}: File too large" in err, err
     assert 0 < path.stat().st_size <= 40_000
@@ -144,9 +154,14 @@ def test_recorder_in_process_on_a_full_disk_keeps_the_file_whole(full_disk: Path
 
 
 def test_record_to_dash_writes_standard_output_and_no_file(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "gputui", "record", "-", *DEMO, "--duration", "1.5"],
-                            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gputui", "record", "-", *DEMO, "--duration", "1.5"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     result = finish(proc)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip().startswith("gputui record: ") and "to standard output" in result.stderr
@@ -160,8 +175,13 @@ def test_record_into_a_closed_pipe_stops_with_one_line() -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)  # nobody will ever read: the first write is EPIPE
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "gputui", "record", "-", *DEMO, "--duration", "20"],
-                                stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gputui", "record", "-", *DEMO, "--duration", "20"],
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     finally:
         os.close(write_end)
     err = one_error_line(finish(proc), 1)
@@ -254,7 +274,7 @@ CRAFTED = {
     "time-1e999": line_of(valid_record())[:-1] + ', "time": 1e999}',
     "time-beyond-year-9999": line_of(valid_record(time=1e12)),
     "power-nan": line_of(with_gpu(power=float("nan"))),
-    "memory-huge-integer": line_of(with_gpu(mem_used=10 ** 400)),
+    "memory-huge-integer": line_of(with_gpu(mem_used=10**400)),
     "memory-5000-digits": line_of(valid_record())[:-1] + ', "unreadable_fds": ' + "9" * 5000 + "}",
     "util-over-100": line_of(with_gpu(util_gpu=101)),
     "pid-negative": line_of(with_process(pid=-4)),
@@ -288,8 +308,14 @@ def test_the_checker_refuses_what_the_schema_refuses_and_what_is_not_finite() ->
     out-of-range numbers, `$` before a newline, an integer written 0.0). What the recorder writes passes
     both."""
     validator = Draft202012Validator(schema())
-    extras = {"time-nan", "power-nan", "memory-huge-integer",
-              "kinds-with-newline", "unaccounted-key-with-newline", "index-a-float"}
+    extras = {
+        "time-nan",
+        "power-nan",
+        "memory-huge-integer",
+        "kinds-with-newline",
+        "unaccounted-key-with-newline",
+        "index-a-float",
+    }
     for name, line in CRAFTED.items():
         try:
             doc = json.loads(line)
@@ -324,8 +350,13 @@ def test_a_huge_line_is_skipped_without_being_held(tmp_path: Path) -> None:
 
 
 def test_strings_of_a_recording_are_printable_when_read(tmp_path: Path) -> None:
-    doc = with_process(command="python \x1b]52;c;cHduZWQ=\x07train.py", user="\x1b[2Jeve", name="\x9bevil",
-                       reason="\u202eesrever", devices=["/dev/nvidia0\x1b[0m"])
+    doc = with_process(
+        command="python \x1b]52;c;cHduZWQ=\x07train.py",
+        user="\x1b[2Jeve",
+        name="\x9bevil",
+        reason="\u202eesrever",
+        devices=["/dev/nvidia0\x1b[0m"],
+    )
     doc.update(hostname="box\x1b]0;title\x07", errors=["\x1b[31mred"])
     doc["gpus"][0]["name"] = "H100\x07"  # type: ignore[index]
     path = tmp_path / "escapes.jsonl"
@@ -333,8 +364,12 @@ def test_strings_of_a_recording_are_printable_when_read(tmp_path: Path) -> None:
     (snap,) = load_recording(path).snapshots
     proc, gpu = snap.processes[0], snap.gpus[0]
     assert snap.hostname == "box?]0;title?" and proc.command == "python ?]52;c;cHduZWQ=?train.py"
-    assert (proc.user, proc.name, proc.reason, proc.devices) == ("?[2Jeve", "?evil", "?esrever",
-                                                                  ("/dev/nvidia0?[0m",))
+    assert (proc.user, proc.name, proc.reason, proc.devices) == (
+        "?[2Jeve",
+        "?evil",
+        "?esrever",
+        ("/dev/nvidia0?[0m",),
+    )
     assert snap.errors == ("?[31mred",) and gpu.name == "H100?"
 
 
@@ -355,12 +390,18 @@ def wait_with_usage(proc: subprocess.Popen[str], timeout: float) -> resource.str
 
 def test_replay_of_dev_zero_ends_in_bounded_time_and_memory() -> None:
     """/dev/zero is one endless line: skipped as it comes, and reading stops at MAX_READ."""
+
     def at_most_2_gib() -> None:  # the old reader grew until this limit; the machine is shared
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
-    proc = subprocess.Popen([sys.executable, "-m", "gputui", "replay", "/dev/zero"], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=at_most_2_gib)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gputui", "replay", "/dev/zero"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=at_most_2_gib,
+    )
     usage = wait_with_usage(proc, TIMEOUT)
     assert proc.stderr is not None
     err = proc.stderr.read()
@@ -419,9 +460,14 @@ def test_an_agent_reply_nested_as_deep_as_json_allows_never_crashes_the_reader(t
 
 
 def test_record_to_dot_slash_dash_writes_a_file_named_dash(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "gputui", "record", "./-", *DEMO, "--duration", "1"],
-                            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gputui", "record", "./-", *DEMO, "--duration", "1"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     result = finish(proc)
     assert result.returncode == 0 and result.stdout == "", result.stderr
     assert whole_lines(tmp_path / "-")
@@ -429,9 +475,14 @@ def test_record_to_dot_slash_dash_writes_a_file_named_dash(tmp_path: Path) -> No
 
 def test_record_to_a_closed_standard_output_exits_2_with_one_line(tmp_path: Path) -> None:
     """Started with fd 1 closed, the next file opened would take fd 1: nothing is written anywhere."""
-    proc = subprocess.Popen([sys.executable, "-m", "gputui", "record", "-", *DEMO, "--duration", "5"],
-                            cwd=tmp_path, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: os.close(1))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gputui", "record", "-", *DEMO, "--duration", "5"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(1),
+    )
     err = one_error_line(finish(proc), 2)
     assert "cannot write to standard output: it is closed" in err
     assert list(tmp_path.iterdir()) == []

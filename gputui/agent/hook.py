@@ -9,8 +9,10 @@ from pathlib import Path
 
 NAME = "gputui-agent.pth"
 # A .pth line that starts with "import" is executed at interpreter start-up; keep it one safe line.
-LINE = ('import os; exec("try:\\n import gputui.agent; gputui.agent.start()\\nexcept Exception: pass") '
-        'if os.environ.get("GPUTUI_AGENT") == "1" else None\n')
+LINE = (
+    'import os; exec("try:\\n import gputui.agent; gputui.agent.start()\\nexcept Exception: pass") '
+    'if os.environ.get("GPUTUI_AGENT") == "1" else None\n'
+)
 
 
 def hook_path() -> Path:

@@ -38,8 +38,9 @@ def peer_uid(conn: socket.socket) -> int | None:
 
 
 class Agent:
-    def __init__(self, directory: Path | None = None, stats: TorchStats | None = None,
-                 progress: Progress | None = None) -> None:
+    def __init__(
+        self, directory: Path | None = None, stats: TorchStats | None = None, progress: Progress | None = None
+    ) -> None:
         self.directory = directory
         self.stats = stats or TorchStats()
         self.progress = progress or Progress()
@@ -153,8 +154,13 @@ class Agent:
             if op == "hello":
                 return {"ok": True, "pid": self._pid, "started": self.started}
             if op == "stats":
-                return {"ok": True, "pid": self._pid, "time": time.time(), "allocator": self.stats.collect(),
-                        "progress": self.progress.summary()}
+                return {
+                    "ok": True,
+                    "pid": self._pid,
+                    "time": time.time(),
+                    "allocator": self.stats.collect(),
+                    "progress": self.progress.summary(),
+                }
             if op == "record_history":
                 return {"ok": True, "message": self.stats.record_history(bool(request.get("enabled")))}
             if op == "dump_snapshot":

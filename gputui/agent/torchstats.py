@@ -136,8 +136,15 @@ class TorchStats:
 
         def observer(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
             with self._lock:
-                self._ooms.append({"time": time.time(), "device": device, "requested": alloc,
-                                   "allocated": device_allocated, "free": device_free})
+                self._ooms.append(
+                    {
+                        "time": time.time(),
+                        "device": device,
+                        "requested": alloc,
+                        "allocated": device_allocated,
+                        "free": device_free,
+                    }
+                )
                 del self._ooms[:-MAX_OOM_EVENTS]
 
         _quiet(lambda: attach(observer))

@@ -31,8 +31,11 @@ MAX_COUNT = 2**63 - 1  # torch's counters are int64
 MAX_DEVICE_INDEX = 1023
 STATUSES = (AGENT_OK, AGENT_SLOW, AGENT_UNREADABLE)
 
-_DEVICE_COUNTS = tuple(f.name for f in dataclasses.fields(AllocatorDevice)
-                       if f.name not in ("index", "fragmentation", "segment_fill"))
+_DEVICE_COUNTS = tuple(
+    f.name
+    for f in dataclasses.fields(AllocatorDevice)
+    if f.name not in ("index", "fragmentation", "segment_fill")
+)
 
 
 class BadReply(ValueError):
@@ -99,11 +102,13 @@ def _device(d: object, where: str) -> AllocatorDevice:
 
 def _oom(e: object, where: str) -> OomEvent:
     e = _object(e, where)
-    return OomEvent(time=_real(e.get("time"), f"{where}.time", 0.0, 1e11),
-                    device=_count(e.get("device"), f"{where}.device", MAX_DEVICE_INDEX),
-                    requested=_count(e.get("requested"), f"{where}.requested"),
-                    allocated=_count(e.get("allocated"), f"{where}.allocated"),
-                    free=_count(e.get("free"), f"{where}.free"))
+    return OomEvent(
+        time=_real(e.get("time"), f"{where}.time", 0.0, 1e11),
+        device=_count(e.get("device"), f"{where}.device", MAX_DEVICE_INDEX),
+        requested=_count(e.get("requested"), f"{where}.requested"),
+        allocated=_count(e.get("allocated"), f"{where}.allocated"),
+        free=_count(e.get("free"), f"{where}.free"),
+    )
 
 
 def _progress(p: object) -> TrainingProgress:
@@ -112,7 +117,8 @@ def _progress(p: object) -> TrainingProgress:
         batches=_count(p.get("batches"), "progress.batches"),
         steps_per_s=_real(p.get("steps_per_s"), "progress.steps_per_s", 0.0, 1e6),
         data_wait_share=_real(p.get("data_wait_share"), "progress.data_wait_share", 0.0, 1.0),
-        window_s=_real(p.get("window_s"), "progress.window_s", 0.0, 1e7))
+        window_s=_real(p.get("window_s"), "progress.window_s", 0.0, 1e7),
+    )
 
 
 def parse(pid: int, reply: object) -> AgentReport:
@@ -144,17 +150,23 @@ def _parse(pid: int, reply: object) -> AgentReport:
     if not isinstance(initialized, bool):
         raise BadReply("allocator.cuda_initialized: not true or false")
     return AgentReport(
-        pid=pid, status=status, error=_text(reply.get("error"), "error") or "",
+        pid=pid,
+        status=status,
+        error=_text(reply.get("error"), "error") or "",
         time=_real(reply.get("time"), "time", 0.0, 1e11),
         torch=_text(alloc.get("torch"), "allocator.torch"),
         cuda=_text(alloc.get("cuda"), "allocator.cuda"),
         cuda_initialized=initialized,
         allocator_backend=_text(alloc.get("allocator_backend"), "allocator.allocator_backend"),
         alloc_conf=_text(alloc.get("alloc_conf"), "allocator.alloc_conf"),
-        devices=tuple(_device(d, f"allocator.devices[{i}]") for i, d in
-                      enumerate(_list(alloc.get("devices"), "allocator.devices", MAX_DEVICES))),
-        oom_events=tuple(_oom(e, f"allocator.oom_events[{i}]") for i, e in
-                         enumerate(_list(alloc.get("oom_events"), "allocator.oom_events", MAX_OOM_EVENTS))),
+        devices=tuple(
+            _device(d, f"allocator.devices[{i}]")
+            for i, d in enumerate(_list(alloc.get("devices"), "allocator.devices", MAX_DEVICES))
+        ),
+        oom_events=tuple(
+            _oom(e, f"allocator.oom_events[{i}]")
+            for i, e in enumerate(_list(alloc.get("oom_events"), "allocator.oom_events", MAX_OOM_EVENTS))
+        ),
         progress=_progress(reply.get("progress")),
     )
 
@@ -163,12 +175,19 @@ def to_dict(report: AgentReport) -> dict[str, Any]:
     """The report in the agent's own reply shape (plus status and error), for --json and recordings;
     `parse` reads it back."""
     return {
-        "status": report.status, "error": report.error, "pid": report.pid, "time": report.time,
+        "status": report.status,
+        "error": report.error,
+        "pid": report.pid,
+        "time": report.time,
         "allocator": {
-            "torch": report.torch, "cuda": report.cuda, "cuda_initialized": report.cuda_initialized,
-            "allocator_backend": report.allocator_backend, "alloc_conf": report.alloc_conf,
-            "devices": [{**dataclasses.asdict(d), "segment_fill": list(d.segment_fill)}
-                        for d in report.devices],
+            "torch": report.torch,
+            "cuda": report.cuda,
+            "cuda_initialized": report.cuda_initialized,
+            "allocator_backend": report.allocator_backend,
+            "alloc_conf": report.alloc_conf,
+            "devices": [
+                {**dataclasses.asdict(d), "segment_fill": list(d.segment_fill)} for d in report.devices
+            ],
             "oom_events": [dataclasses.asdict(e) for e in report.oom_events],
         },
         "progress": dataclasses.asdict(report.progress),

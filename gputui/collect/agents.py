@@ -170,9 +170,13 @@ class Exchange:
             self.error = f"reply larger than {self.limit} bytes"
 
 
-def exchange(targets: Iterable[AgentSocket], message: dict[str, Any], deadline_s: float,
-             limit: int = protocol.MAX_REPLY, monotonic: Callable[[], float] = time.monotonic
-             ) -> dict[int, Exchange]:
+def exchange(
+    targets: Iterable[AgentSocket],
+    message: dict[str, Any],
+    deadline_s: float,
+    limit: int = protocol.MAX_REPLY,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> dict[int, Exchange]:
     """Send `message` to every target at once; pid -> how it went. Returns by `deadline_s`, whatever
     the agents do."""
     request = protocol.encode(message)
@@ -222,8 +226,12 @@ class AgentPoller:
     `directory`: look only there (tests, and a user who keeps agents elsewhere), as this user's own.
     """
 
-    def __init__(self, directory: Path | None = None, deadline_s: float = TICK_DEADLINE_S,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        directory: Path | None = None,
+        deadline_s: float = TICK_DEADLINE_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.directory = directory
         self.deadline_s = deadline_s
         self.monotonic = monotonic
@@ -257,8 +265,9 @@ class AgentPoller:
                 self.refused[pid] = ex.error or ""
                 continue
             if ex.slow:  # the last good numbers, marked
-                report = replace(self._last.get(pid, AgentReport(pid=pid)), status=AGENT_SLOW,
-                                 error=ex.error or "")
+                report = replace(
+                    self._last.get(pid, AgentReport(pid=pid)), status=AGENT_SLOW, error=ex.error or ""
+                )
             else:
                 report = report_of(ex)
             if report.ok:
@@ -287,7 +296,7 @@ class AgentPoller:
             return {"ok": False, "message": printable(data)}
         ok = data.get("ok") is True
         text = data.get("message" if ok else "error")
-        return {"ok": ok, "message": printable(str(text)[:agent_reply.MAX_TEXT]) if text else ""}
+        return {"ok": ok, "message": printable(str(text)[: agent_reply.MAX_TEXT]) if text else ""}
 
 
 def discover(directory: Path | None = None) -> dict[int, AgentSocket]:
@@ -310,7 +319,8 @@ class AgentHistory:
                 continue
             for d in report.devices:
                 self.series.setdefault((pid, d.index), deque(maxlen=HISTORY)).append(
-                    (d.allocated or 0, d.reserved or 0))
+                    (d.allocated or 0, d.reserved or 0)
+                )
         for key in [k for k in self.series if k[0] not in snap.agents]:
             del self.series[key]  # the process or its agent is gone
 

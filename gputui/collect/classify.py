@@ -15,8 +15,9 @@ NO_PERMISSION = "no-permission"  # its /proc/PID/fd is not readable: the device 
 
 SUSPICIOUS = frozenset({DEFUNCT, STUCK, ORPHAN, UNSEEN, NVML_ONLY, NO_PERMISSION})
 # Parents that adopt orphans: init, and the usual container inits and subreapers.
-SUBREAPERS = frozenset({"systemd", "init", "tini", "dumb-init", "docker-init", "catatonit", "s6-svscan",
-                        "runsv", "supervisord"})
+SUBREAPERS = frozenset(
+    {"systemd", "init", "tini", "dumb-init", "docker-init", "catatonit", "s6-svscan", "runsv", "supervisord"}
+)
 IDLE_NOTE_S = 60.0
 
 
@@ -44,8 +45,10 @@ def _short(devices: tuple[str, ...]) -> str:
 def classify(f: Facts) -> tuple[str, str]:
     """(class, reason). The reason strings together the facts that matter, most telling first."""
     if not f.visible and f.hidden_by:
-        return NVML_ONLY, (f"in NVML's list but hidden from this user by /proc's {f.hidden_by} (another "
-                           "user's process, or gone): run as root to see it")
+        return NVML_ONLY, (
+            f"in NVML's list but hidden from this user by /proc's {f.hidden_by} (another "
+            "user's process, or gone): run as root to see it"
+        )
     if not f.visible:
         return NVML_ONLY, "in NVML's list but not visible here: another PID namespace (a container), or gone"
     notes: list[str] = []
@@ -55,8 +58,9 @@ def classify(f: Facts) -> tuple[str, str]:
         notes.append(f"holds {_short(f.devices)}")
     # A GPU process adopted by init is usually just detached (nohup, a service); a device holder that
     # NVML does not list and whose parent is gone is the classic leftover data-loader worker.
-    orphaned = holds and not f.on_nvml and (
-        f.ppid in (0, 1) or f.parent_name is None or f.parent_name in SUBREAPERS)
+    orphaned = (
+        holds and not f.on_nvml and (f.ppid in (0, 1) or f.parent_name is None or f.parent_name in SUBREAPERS)
+    )
     if orphaned:
         notes.append(f"parent gone (now {f.ppid}{' ' + f.parent_name if f.parent_name else ''})")
     if holds and not f.on_nvml:
@@ -67,8 +71,11 @@ def classify(f: Facts) -> tuple[str, str]:
     if f.state == "zombie":
         return DEFUNCT, "; ".join([f"defunct: its parent {f.ppid} has not reaped it", *notes])
     if f.state in ("disk-sleep", "stopped", "tracing-stop"):
-        what = "uninterruptible sleep (D), often stuck in the driver" if f.state == "disk-sleep" else \
-            "stopped (T)"
+        what = (
+            "uninterruptible sleep (D), often stuck in the driver"
+            if f.state == "disk-sleep"
+            else "stopped (T)"
+        )
         return STUCK, "; ".join([what, *notes])
     if orphaned:
         return ORPHAN, "; ".join(notes)

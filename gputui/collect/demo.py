@@ -48,8 +48,10 @@ class _Sim:
         self.eval = rng.uniform(6.0, 10.0)
         self.phase = rng.uniform(0.0, self.epoch)
         # Data-loader stalls: a few short dips at fixed points of each epoch.
-        self.stalls = sorted((rng.uniform(5.0, self.epoch - self.eval - 5.0), rng.uniform(2.0, 3.5))
-                             for _ in range(rng.randint(2, 3)))
+        self.stalls = sorted(
+            (rng.uniform(5.0, self.epoch - self.eval - 5.0), rng.uniform(2.0, 3.5))
+            for _ in range(rng.randint(2, 3))
+        )
         self.target_mem = int(rng.uniform(0.55, 0.9) * _TOTAL)
         self.power_cap = 500.0 if index == 3 else 700.0  # GPU 3 runs power-capped: it throttles
         self.uuid = "GPU-" + "-".join(f"{rng.getrandbits(b):0{b // 4}x}" for b in (32, 16, 16, 16, 48))
@@ -91,8 +93,14 @@ def _alive(proc: psutil.Process) -> bool:
 class DemoSource:
     name = "demo"
 
-    def __init__(self, gpus: int = 4, seed: int = 0, workers: int = 3,
-                 clock: Callable[[], float] = time.time, start_at: float = 0.0) -> None:
+    def __init__(
+        self,
+        gpus: int = 4,
+        seed: int = 0,
+        workers: int = 3,
+        clock: Callable[[], float] = time.time,
+        start_at: float = 0.0,
+    ) -> None:
         """`start_at`: simulated seconds of training already done when the demo opens (0: warm-up)."""
         if not 1 <= gpus <= MAX_GPUS:
             raise SourceUnavailable(f"--demo-gpus must be between 1 and {MAX_GPUS}, not {gpus}")
@@ -119,8 +127,9 @@ class DemoSource:
         read_end, self._watch_w = os.pipe()  # both ends close-on-exec; only the read end is passed on
         try:
             for i in range(self.gpu_count):
-                self.trainers.append(self._spawn(read_end, "trainer", i, workers=self.workers,
-                                                 defunct=i == 0, janitor=i == 0))
+                self.trainers.append(
+                    self._spawn(read_end, "trainer", i, workers=self.workers, defunct=i == 0, janitor=i == 0)
+                )
             orphan_parent = self._spawn(read_end, "orphan-parent", 0)
             assert orphan_parent.stdout is not None
             with orphan_parent.stdout:
@@ -139,19 +148,31 @@ class DemoSource:
         self._t0 = self.clock() - self.start_at
         return SourceInfo(driver_version="580.95.05", nvml_version="13.580.95.05", cuda_driver_version="13.0")
 
-    def _spawn(self, watch: int, role: str, gpu: int, workers: int = 0, defunct: bool = False,
-               janitor: bool = False) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, watch: int, role: str, gpu: int, workers: int = 0, defunct: bool = False, janitor: bool = False
+    ) -> subprocess.Popen[bytes]:
         # Run from the script's folder as "python -IS demo_train.py ...": a command line as short as a
         # real "python train.py ..." one, isolated, and no site import (it starts twice as fast).
-        cmd = ["python", "-IS", _CHILD.name, "--role", role, "--gpu", str(gpu),
-               "--workers", str(workers)]
+        cmd = ["python", "-IS", _CHILD.name, "--role", role, "--gpu", str(gpu), "--workers", str(workers)]
         cmd += ["--defunct"] * defunct + ["--janitor"] * janitor
-        env = {**os.environ, "GPUTUI_DEMO_DEVICES": str(self.devices_dir), "GPUTUI_DEMO_WATCH": str(watch),
-               "CUDA_VISIBLE_DEVICES": str(gpu)}
+        env = {
+            **os.environ,
+            "GPUTUI_DEMO_DEVICES": str(self.devices_dir),
+            "GPUTUI_DEMO_WATCH": str(watch),
+            "CUDA_VISIBLE_DEVICES": str(gpu),
+        }
         # A session of its own: a Ctrl-C in gputui's terminal must not reach the children.
-        return subprocess.Popen(cmd, executable=sys.executable, cwd=_CHILD.parent, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                pass_fds=(watch,), start_new_session=True)
+        return subprocess.Popen(
+            cmd,
+            executable=sys.executable,
+            cwd=_CHILD.parent,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            pass_fds=(watch,),
+            start_new_session=True,
+        )
 
     def close(self) -> None:
         if self._watch_w is not None:
@@ -214,20 +235,44 @@ class DemoSource:
             self._energy[i] += power * dt
             if slow or i not in self._slow:  # like NVML's slow fields: refreshed every few seconds
                 self._slow[i] = self._slow_fields(sim, t, util, power)
-            gpus.append(GpuSample(
-                index=i, name="NVIDIA H100 80GB HBM3", uuid=sim.uuid,
-                pci_bus_id=f"00000000:{0x18 + 0x08 * i:02X}:00.0", minor=i,
-                util_gpu=round(util), util_mem=round(util * 0.45), mem_total=_TOTAL,
-                mem_used=trainer_mem + leaked + ghost, mem_reserved=_RESERVED, power=round(power, 1),
-                power_limit=sim.power_cap, energy=round(self._energy[i], 1), fan=None,
-                pcie_rx=round(busy * 9.5e9), pcie_tx=round(busy * 0.8e9),
-                compute_mode="Default", persistence_mode=True, mig_mode=False, **self._slow[i],
-            ))
-            procs.append(GpuProcess(gpu=i, pid=trainer_pid, kinds="C", used_memory=trainer_mem,
-                                    sm_util=round(util * 0.97), mem_util=round(util * 0.44)))
+            gpus.append(
+                GpuSample(
+                    index=i,
+                    name="NVIDIA H100 80GB HBM3",
+                    uuid=sim.uuid,
+                    pci_bus_id=f"00000000:{0x18 + 0x08 * i:02X}:00.0",
+                    minor=i,
+                    util_gpu=round(util),
+                    util_mem=round(util * 0.45),
+                    mem_total=_TOTAL,
+                    mem_used=trainer_mem + leaked + ghost,
+                    mem_reserved=_RESERVED,
+                    power=round(power, 1),
+                    power_limit=sim.power_cap,
+                    energy=round(self._energy[i], 1),
+                    fan=None,
+                    pcie_rx=round(busy * 9.5e9),
+                    pcie_tx=round(busy * 0.8e9),
+                    compute_mode="Default",
+                    persistence_mode=True,
+                    mig_mode=False,
+                    **self._slow[i],
+                )
+            )
+            procs.append(
+                GpuProcess(
+                    gpu=i,
+                    pid=trainer_pid,
+                    kinds="C",
+                    used_memory=trainer_mem,
+                    sm_util=round(util * 0.97),
+                    mem_util=round(util * 0.44),
+                )
+            )
             if ghost and self.ghost_pid is not None:
-                procs.append(GpuProcess(gpu=i, pid=self.ghost_pid, kinds="C", used_memory=ghost,
-                                        sm_util=0, mem_util=0))
+                procs.append(
+                    GpuProcess(gpu=i, pid=self.ghost_pid, kinds="C", used_memory=ghost, sm_util=0, mem_util=0)
+                )
         return Reading(tuple(gpus), tuple(procs))
 
     @staticmethod
@@ -236,8 +281,12 @@ class DemoSource:
         idle = util <= 5
         return {
             "temperature": sim.temperature(t),
-            "sm_clock": 345 if idle else 1755 if capped else 1980, "sm_clock_max": 1980,
-            "mem_clock": 2619, "mem_clock_max": 2619, "pstate": 8 if idle else 0,
+            "sm_clock": 345 if idle else 1755 if capped else 1980,
+            "sm_clock_max": 1980,
+            "mem_clock": 2619,
+            "mem_clock_max": 2619,
+            "pstate": 8 if idle else 0,
             "throttle_reasons": ("gpu_idle",) if idle else ("sw_power_cap",) if capped else (),
-            "enc_util": 0, "dec_util": 12 if sim.index == 1 and util > 50 else 0,
+            "enc_util": 0,
+            "dec_util": 12 if sim.index == 1 and util > 50 else 0,
         }

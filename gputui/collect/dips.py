@@ -92,11 +92,17 @@ class DipDetector:
                 self.dips.append(dip)
         return ended
 
-    def _step(self, track: _GpuTrack, gpu: int, snap: Snapshot, util: float | None,
-              busy_job: bool) -> Dip | None:
+    def _step(
+        self, track: _GpuTrack, gpu: int, snap: Snapshot, util: float | None, busy_job: bool
+    ) -> Dip | None:
         median = statistics.median(track.busy) if len(track.busy) >= MIN_BUSY_SAMPLES else None
-        low = (util is not None and busy_job and median is not None
-               and util < 0.5 * median and util <= median - MIN_DROP)
+        low = (
+            util is not None
+            and busy_job
+            and median is not None
+            and util < 0.5 * median
+            and util <= median - MIN_DROP
+        )
         if low:
             assert util is not None and median is not None
             if track.start is None:
@@ -111,8 +117,15 @@ class DipDetector:
         if track.start is not None and track.last is not None:
             end = snap.time  # the first sample back above the line closes the dip
             if end - track.start >= MIN_DIP_S:
-                finished = Dip(gpu, track.start, end, track.baseline, track.lowest,
-                               wait_share=track.wait_share, last=track.last)
+                finished = Dip(
+                    gpu,
+                    track.start,
+                    end,
+                    track.baseline,
+                    track.lowest,
+                    wait_share=track.wait_share,
+                    last=track.last,
+                )
             track.start = track.last = None
             track.wait_share = None
         if util is not None and busy_job:
@@ -120,9 +133,11 @@ class DipDetector:
         return finished
 
     def ongoing(self, now: float) -> list[Dip]:
-        return [Dip(gpu, t.start, now, t.baseline, t.lowest, ongoing=True, wait_share=t.wait_share,
-                    last=t.last) for gpu, t in self.tracks.items()
-                if t.start is not None and now - t.start >= MIN_DIP_S]
+        return [
+            Dip(gpu, t.start, now, t.baseline, t.lowest, ongoing=True, wait_share=t.wait_share, last=t.last)
+            for gpu, t in self.tracks.items()
+            if t.start is not None and now - t.start >= MIN_DIP_S
+        ]
 
     def summary(self, gpu: int, since: float, now: float, busy_s: float) -> dict[str, float | int | None]:
         """Over [since, now]: dips per minute and mean dip length; busy_s is the seconds the GPU was

@@ -57,8 +57,14 @@ def minor_of(path: str) -> int | None:
 
 
 class HolderScanner:
-    def __init__(self, devices_dir: Path, rescan_s: float = 5.0, deep_every: int = 12, proc: str = "/proc",
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        devices_dir: Path,
+        rescan_s: float = 5.0,
+        deep_every: int = 12,
+        proc: str = "/proc",
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.devices_dir = devices_dir
         self.rescan_s = rescan_s
         self.deep_every = deep_every
@@ -148,7 +154,7 @@ class HolderScanner:
             stat = procfs.read(f"{self.proc}/{pid}/stat")
         except OSError:
             return False
-        return stat[stat.rfind(b")") + 2:][:1] == b"Z"  # the state follows the command in parentheses
+        return stat[stat.rfind(b")") + 2 :][:1] == b"Z"  # the state follows the command in parentheses
 
     def _record(self, pid: int, fd_dir: str, fds: list[str] | tuple[str, ...]) -> None:
         paths, readlink = self._paths, os.readlink

@@ -135,8 +135,10 @@ def _sized_call(fn: Any, handle: Any, struct: type[ctypes.Structure]) -> list[tu
         if ret == pynvml.NVML_SUCCESS:
             if buf is None:
                 return []
-            return [(p.pid, None if p.usedGpuMemory == _NOT_AVAILABLE else p.usedGpuMemory)
-                    for p in buf[: count.value]]
+            return [
+                (p.pid, None if p.usedGpuMemory == _NOT_AVAILABLE else p.usedGpuMemory)
+                for p in buf[: count.value]
+            ]
         if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
             raise pynvml.NVMLError(ret)
         count.value = count.value * 2 + 8
@@ -233,10 +235,12 @@ class NvmlSource:
                 "uuid": self._get(gpu, "uuid", pynvml.nvmlDeviceGetUUID, h),
                 "pci_bus_id": _text(pci.busId) if pci is not None else None,
                 "minor": self._get(gpu, "minor", pynvml.nvmlDeviceGetMinorNumber, h),
-                "sm_clock_max": self._get(gpu, "sm_max", pynvml.nvmlDeviceGetMaxClockInfo, h,
-                                          pynvml.NVML_CLOCK_SM),
-                "mem_clock_max": self._get(gpu, "mem_max", pynvml.nvmlDeviceGetMaxClockInfo, h,
-                                           pynvml.NVML_CLOCK_MEM),
+                "sm_clock_max": self._get(
+                    gpu, "sm_max", pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_SM
+                ),
+                "mem_clock_max": self._get(
+                    gpu, "mem_max", pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_MEM
+                ),
             }
             for key in ("name", "uuid"):
                 if gpu.static[key] is not None:
@@ -350,8 +354,10 @@ class NvmlSource:
         if any(fv.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST for fv in values):
             raise _Lost
         got = {fv.fieldId: _field_value(fv) for fv in values}
-        out = {key: got[fid] / 1000 if got.get(fid) is not None else None  # milli- to W and J
-               for key, fid in (("power", _F_POWER), ("power_limit", _F_LIMIT), ("energy", _F_ENERGY))}
+        out = {
+            key: got[fid] / 1000 if got.get(fid) is not None else None  # milli- to W and J
+            for key, fid in (("power", _F_POWER), ("power_limit", _F_LIMIT), ("energy", _F_ENERGY))
+        }
         tx, rx = got.get(_F_PCIE_TX), got.get(_F_PCIE_RX)
         if tx is not None and rx is not None:
             now = time.monotonic()
@@ -374,8 +380,9 @@ class NvmlSource:
             "sm_clock": get(gpu, "sm", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
             "mem_clock": get(gpu, "memclk", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
             "pstate": _pstate(get(gpu, "pstate", pynvml.nvmlDeviceGetPerformanceState, h)),
-            "throttle_reasons": None if reasons is None else tuple(
-                name for bit, name in _REASONS if reasons & bit),
+            "throttle_reasons": None
+            if reasons is None
+            else tuple(name for bit, name in _REASONS if reasons & bit),
             "fan": get(gpu, "fan", pynvml.nvmlDeviceGetFanSpeed, h),
             "enc_util": enc[0] if enc is not None else None,
             "dec_util": dec[0] if dec is not None else None,
@@ -422,8 +429,14 @@ class NvmlSource:
                     entry[1] = memory if entry[1] is None else max(entry[1], memory)
         utils = self._process_utilization(gpu, merged.keys()) if merged else {}
         return [
-            GpuProcess(gpu=gpu.index, pid=pid, kinds=k, used_memory=m,
-                       sm_util=utils.get(pid, (None, None))[0], mem_util=utils.get(pid, (None, None))[1])
+            GpuProcess(
+                gpu=gpu.index,
+                pid=pid,
+                kinds=k,
+                used_memory=m,
+                sm_util=utils.get(pid, (None, None))[0],
+                mem_util=utils.get(pid, (None, None))[1],
+            )
             for pid, (k, m) in merged.items()
         ]
 
@@ -441,8 +454,9 @@ class NvmlSource:
         raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
 
     def _process_utilization(self, gpu: _Gpu, running: Any) -> dict[int, tuple[int, int]]:
-        samples = self._get(gpu, "proc_util", pynvml.nvmlDeviceGetProcessUtilization, gpu.handle,
-                            gpu.proc_util_ts)
+        samples = self._get(
+            gpu, "proc_util", pynvml.nvmlDeviceGetProcessUtilization, gpu.handle, gpu.proc_util_ts
+        )
         latest: dict[int, Any] = {}
         for s in samples or ():
             gpu.proc_util_ts = max(gpu.proc_util_ts, s.timeStamp)
@@ -452,4 +466,3 @@ class NvmlSource:
             if s.pid not in latest or s.timeStamp > latest[s.pid].timeStamp:
                 latest[s.pid] = s
         return {pid: (s.smUtil, s.memUtil) for pid, s in latest.items()}
-

@@ -77,8 +77,18 @@ def _ns_pid(pid: int) -> int | None:
     return None
 
 
-_STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "Z": "zombie", "T": "stopped",
-           "t": "tracing-stop", "X": "dead", "I": "idle", "W": "waking", "P": "parked"}
+_STATES = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "disk-sleep",
+    "Z": "zombie",
+    "T": "stopped",
+    "t": "tracing-stop",
+    "X": "dead",
+    "I": "idle",
+    "W": "waking",
+    "P": "parked",
+}
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -106,11 +116,16 @@ def _read_stat(pid: int) -> _Stat | str | None:
     except OSError:
         return None
     # The command (field 2) is in parentheses and may contain anything: split after the last ")".
-    rest = data[data.rfind(b")") + 2:].split()
+    rest = data[data.rfind(b")") + 2 :].split()
     try:
         state = rest[0].decode()
-        return _Stat(_STATES.get(state, state), int(rest[1]), int(rest[11]) + int(rest[12]), int(rest[19]),
-                     int(rest[21]) * _PAGE_SIZE)
+        return _Stat(
+            _STATES.get(state, state),
+            int(rest[1]),
+            int(rest[11]) + int(rest[12]),
+            int(rest[19]),
+            int(rest[21]) * _PAGE_SIZE,
+        )
     except (IndexError, ValueError):
         return None
 
@@ -139,9 +154,13 @@ class ProcessJoiner:
         self.monotonic = monotonic
         self.hidden_by = procfs.hidepid()  # a mount option: read once
 
-    def join(self, procs: Iterable[GpuProcess], holders: HolderScan | None = None,
-             minors: dict[int, int] | None = None, relatives: bool = False
-             ) -> tuple[tuple[ProcessRow, ...], tuple[HostProcess, ...]]:
+    def join(
+        self,
+        procs: Iterable[GpuProcess],
+        holders: HolderScan | None = None,
+        minors: dict[int, int] | None = None,
+        relatives: bool = False,
+    ) -> tuple[tuple[ProcessRow, ...], tuple[HostProcess, ...]]:
         """One row per (GPU, process) of NVML's lists and of the device holders (`holders`, with
         `minors` mapping /dev/nvidiaN's N to the GPU index), classified; and, if asked, the parents and
         descendants of those processes."""
@@ -160,8 +179,10 @@ class ProcessJoiner:
                 if pid in on_nvml:
                     continue
                 gpus = sorted({minors[m] for m in h.minors if minors and m in minors}) or [None]
-                rows += [self._row(GpuProcess(gpu=g, pid=pid, kinds=""), info, holders, on_nvml)  # type: ignore[arg-type]
-                         for g in gpus]
+                rows += [
+                    self._row(GpuProcess(gpu=g, pid=pid, kinds=""), info, holders, on_nvml)  # type: ignore[arg-type]
+                    for g in gpus
+                ]
             rows += self._defunct_children(holders, rows, info, on_nvml)
         rows = [r for r in rows if r is not None]
         hosts = self._relatives(rows) if relatives else ()
@@ -169,21 +190,36 @@ class ProcessJoiner:
             del self._known[pid]
         return tuple(rows), hosts
 
-    def _defunct_children(self, holders: HolderScan, rows: list[ProcessRow | None],
-                          info: Callable[[int], HostInfo | None], on_nvml: set[int]
-                          ) -> list[ProcessRow | None]:
+    def _defunct_children(
+        self,
+        holders: HolderScan,
+        rows: list[ProcessRow | None],
+        info: Callable[[int], HostInfo | None],
+        on_nvml: set[int],
+    ) -> list[ProcessRow | None]:
         """Zombies whose parent is on a GPU: the parent is not reaping its children (its workers?)."""
         gpu_of = {r.pid: r.gpu for r in rows if r is not None and r.visible}
         out: list[ProcessRow | None] = []
         for pid in sorted(holders.zombies):
             host = info(pid)
             if host is not None and host.ppid in gpu_of:
-                out.append(self._row(GpuProcess(gpu=gpu_of[host.ppid], pid=pid, kinds=""),  # type: ignore[arg-type]
-                                     info, holders, on_nvml))
+                out.append(
+                    self._row(
+                        GpuProcess(gpu=gpu_of[host.ppid], pid=pid, kinds=""),  # type: ignore[arg-type]
+                        info,
+                        holders,
+                        on_nvml,
+                    )
+                )
         return out
 
-    def _row(self, gp: GpuProcess, info: Callable[[int], HostInfo | None], holders: HolderScan | None,
-             on_nvml: set[int]) -> ProcessRow | None:
+    def _row(
+        self,
+        gp: GpuProcess,
+        info: Callable[[int], HostInfo | None],
+        holders: HolderScan | None,
+        on_nvml: set[int],
+    ) -> ProcessRow | None:
         host = info(gp.pid)
         if host is None and not gp.kinds:
             return None  # a holder (or zombie) that ended since the scan
@@ -194,20 +230,45 @@ class ProcessJoiner:
         else:
             devices = None if gp.pid in holders.unreadable else ()
         parent = info(host.ppid) if host is not None and host.ppid and devices else None
-        category, reason = classify(Facts(
-            visible=host is not None, state=host.state if host else None, on_nvml=bool(gp.kinds),
-            devices=devices if holders is not None else (), ppid=host.ppid if host else None,
-            parent_name=(parent.name or "?") if parent else None,  # "?": alive, its name unreadable
-            parent_on_gpu=host is not None and host.ppid in on_nvml,
-            idle_s=host.idle_s if host else None, hidden_by=self.hidden_by))
-        base = dict(gpu=gp.gpu, pid=gp.pid, kinds=gp.kinds, used_memory=gp.used_memory, sm_util=gp.sm_util,
-                    mem_util=gp.mem_util, devices=devices, category=category, reason=reason)
+        category, reason = classify(
+            Facts(
+                visible=host is not None,
+                state=host.state if host else None,
+                on_nvml=bool(gp.kinds),
+                devices=devices if holders is not None else (),
+                ppid=host.ppid if host else None,
+                parent_name=(parent.name or "?") if parent else None,  # "?": alive, its name unreadable
+                parent_on_gpu=host is not None and host.ppid in on_nvml,
+                idle_s=host.idle_s if host else None,
+                hidden_by=self.hidden_by,
+            )
+        )
+        base = dict(
+            gpu=gp.gpu,
+            pid=gp.pid,
+            kinds=gp.kinds,
+            used_memory=gp.used_memory,
+            sm_util=gp.sm_util,
+            mem_util=gp.mem_util,
+            devices=devices,
+            category=category,
+            reason=reason,
+        )
         if host is None:
             return ProcessRow(visible=False, **base)  # type: ignore[arg-type]
         return ProcessRow(
-            visible=True, user=host.user, name=host.name, command=host.command,
-            cpu_percent=host.cpu_percent, rss=host.rss, create_time=host.create_time, state=host.state,
-            ppid=host.ppid, ns_pid=host.ns_pid, **base)  # type: ignore[arg-type]
+            visible=True,
+            user=host.user,
+            name=host.name,
+            command=host.command,
+            cpu_percent=host.cpu_percent,
+            rss=host.rss,
+            create_time=host.create_time,
+            state=host.state,
+            ppid=host.ppid,
+            ns_pid=host.ns_pid,
+            **base,
+        )  # type: ignore[arg-type]
 
     def _relatives(self, rows: list[ProcessRow]) -> tuple[HostProcess, ...]:
         on_gpu = {r.pid for r in rows if r.visible}
@@ -226,9 +287,19 @@ class ProcessJoiner:
         for pid in sorted(wanted - on_gpu):
             info = self.lookup(pid)
             if info is not None:
-                hosts.append(HostProcess(pid=pid, ppid=info.ppid, user=info.user, name=info.name,
-                                         command=info.command, cpu_percent=info.cpu_percent, rss=info.rss,
-                                         create_time=info.create_time, state=info.state))
+                hosts.append(
+                    HostProcess(
+                        pid=pid,
+                        ppid=info.ppid,
+                        user=info.user,
+                        name=info.name,
+                        command=info.command,
+                        cpu_percent=info.cpu_percent,
+                        rss=info.rss,
+                        create_time=info.create_time,
+                        state=info.state,
+                    )
+                )
         return tuple(hosts)
 
     def lookup(self, pid: int) -> HostInfo | None:
@@ -256,8 +327,15 @@ class ProcessJoiner:
             elif known.idle_since is None:
                 known.idle_since = now
         return HostInfo(
-            user=known.user, name=known.name, command=known.command, cpu_percent=cpu, rss=stat.rss,
-            create_time=known.create_time, state=stat.state, ppid=stat.ppid, ns_pid=known.ns_pid,
+            user=known.user,
+            name=known.name,
+            command=known.command,
+            cpu_percent=cpu,
+            rss=stat.rss,
+            create_time=known.create_time,
+            state=stat.state,
+            ppid=stat.ppid,
+            ns_pid=known.ns_pid,
             idle_s=None if known.idle_since is None else now - known.idle_since,
         )
 
@@ -266,9 +344,17 @@ class ProcessJoiner:
             proc = psutil.Process(pid)
             with proc.oneshot():
                 name = _text(_maybe(proc.name))
-                known = _Known(stat.start_ticks, _maybe(proc.create_time), _text(_maybe(proc.username)), name,
-                               _command(_maybe(proc.cmdline), name), _ns_pid(pid), stat.cpu_ticks, now,
-                               idle_since=now)
+                known = _Known(
+                    stat.start_ticks,
+                    _maybe(proc.create_time),
+                    _text(_maybe(proc.username)),
+                    name,
+                    _command(_maybe(proc.cmdline), name),
+                    _ns_pid(pid),
+                    stat.cpu_ticks,
+                    now,
+                    idle_since=now,
+                )
         except (psutil.NoSuchProcess, ValueError):
             self._known.pop(pid, None)
             return None
@@ -298,8 +384,15 @@ def device_files(pid: int, devices_dir: Path) -> tuple[str, ...] | None:
 
 def describe(pid: int, create_time: float | None, devices_dir: Path) -> ProcessDetail:
     """Everything the detail view shows; reads /proc, so call it off the UI thread."""
-    empty = ProcessDetail(pid=pid, command=None, cwd=None, cuda_visible_devices=None,
-                          environ_readable=False, device_files=None, children=())
+    empty = ProcessDetail(
+        pid=pid,
+        command=None,
+        cwd=None,
+        cuda_visible_devices=None,
+        environ_readable=False,
+        device_files=None,
+        children=(),
+    )
     try:
         proc = psutil.Process(pid)
         started = _maybe(proc.create_time)
@@ -311,16 +404,27 @@ def describe(pid: int, create_time: float | None, devices_dir: Path) -> ProcessD
         for child in _maybe(lambda: proc.children(recursive=True)) or ():
             with child.oneshot():
                 mem = _maybe(child.memory_info)
-                kids.append(HostProcess(
-                    pid=child.pid, ppid=_maybe(child.ppid), user=_text(_maybe(child.username)),
-                    name=_text(_maybe(child.name)), command=_command(_maybe(child.cmdline), None),
-                    cpu_percent=None, rss=mem.rss if mem else None,
-                    create_time=_maybe(child.create_time), state=_maybe(child.status)))
+                kids.append(
+                    HostProcess(
+                        pid=child.pid,
+                        ppid=_maybe(child.ppid),
+                        user=_text(_maybe(child.username)),
+                        name=_text(_maybe(child.name)),
+                        command=_command(_maybe(child.cmdline), None),
+                        cpu_percent=None,
+                        rss=mem.rss if mem else None,
+                        create_time=_maybe(child.create_time),
+                        state=_maybe(child.status),
+                    )
+                )
         return ProcessDetail(
-            pid=pid, command=_command(cmdline, None), cwd=_text(_maybe(proc.cwd)),
+            pid=pid,
+            command=_command(cmdline, None),
+            cwd=_text(_maybe(proc.cwd)),
             cuda_visible_devices=_text(env.get("CUDA_VISIBLE_DEVICES")) if env is not None else None,
-            environ_readable=env is not None, device_files=device_files(pid, devices_dir),
-            children=tuple(kids))
+            environ_readable=env is not None,
+            device_files=device_files(pid, devices_dir),
+            children=tuple(kids),
+        )
     except (psutil.NoSuchProcess, ValueError):
         return replace(empty, error="the process is gone")
-

@@ -28,8 +28,9 @@ class ReplaySampler:
 
     @classmethod
     def interval_of(cls, snapshots: list[Snapshot], speed: float = 1.0) -> float:
-        spacing = (snapshots[-1].time - snapshots[0].time) / (len(snapshots) - 1) if len(snapshots) > 1 \
-            else 1.0
+        spacing = (
+            (snapshots[-1].time - snapshots[0].time) / (len(snapshots) - 1) if len(snapshots) > 1 else 1.0
+        )
         return min(cls.MAX_INTERVAL, max(cls.MIN_INTERVAL, spacing / speed))
 
     def __init__(self, snapshots: Iterable[Snapshot], devices_dir: Path = Path("/dev")) -> None:

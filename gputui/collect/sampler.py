@@ -20,11 +20,17 @@ from gputui.model import Snapshot, unaccounted_memory
 class Sampler:
     """Owns a source. Fast fields every tick; slow fields once `slow_interval` seconds have passed."""
 
-    def __init__(self, source: GpuSource, slow_interval: float = 5.0, history: History | None = None,
-                 clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic,
-                 devices_dir: Path | None = None, scan_holders: bool = True,
-                 agents: AgentPoller | None = None) -> None:
+    def __init__(
+        self,
+        source: GpuSource,
+        slow_interval: float = 5.0,
+        history: History | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        devices_dir: Path | None = None,
+        scan_holders: bool = True,
+        agents: AgentPoller | None = None,
+    ) -> None:
         self.source = source
         self.slow_interval = slow_interval
         # Kept here for consumers without a UI thread; the TUI keeps its own, on its own thread.
@@ -63,8 +69,9 @@ class Sampler:
         self.open()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def prefetch(self) -> None:
@@ -90,8 +97,9 @@ class Sampler:
         scan = None
         if self.scan_holders:
             if self._scanner is None:
-                self._scanner = HolderScanner(self.devices_dir or self.source.devices_dir,
-                                              monotonic=self.monotonic)
+                self._scanner = HolderScanner(
+                    self.devices_dir or self.source.devices_dir, monotonic=self.monotonic
+                )
             scan = self._scanner.scan()
         minors = {g.minor: g.index for g in reading.gpus if g.minor is not None}
         rows, hosts = self._joiner.join(reading.processes, scan, minors, relatives=self.want_relatives)
@@ -104,8 +112,10 @@ class Sampler:
             cuda_driver_version=self.info.cuda_driver_version,
             gpus=reading.gpus,
             processes=rows,
-            unaccounted_memory={gpu: None if gpu in reading.processes_unknown else value for gpu, value in
-                                unaccounted_memory(reading.gpus, reading.processes).items()},
+            unaccounted_memory={
+                gpu: None if gpu in reading.processes_unknown else value
+                for gpu, value in unaccounted_memory(reading.gpus, reading.processes).items()
+            },
             errors=reading.errors,
             host_processes=hosts,
             unreadable_fds=len(scan.unreadable) if scan else 0,

@@ -154,8 +154,12 @@ def gone(target: Target) -> bool:
         return True
 
 
-def await_outcome(sent: Iterable[Outcome], timeout: float = 5.0, poll: float = 0.1,
-                  sleep: Callable[[float], None] = time.sleep) -> list[Outcome]:
+def await_outcome(
+    sent: Iterable[Outcome],
+    timeout: float = 5.0,
+    poll: float = 0.1,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Outcome]:
     """For each signal that was sent: gone, or still alive after `timeout` seconds."""
     pending = [o for o in sent if o.result == "sent"]
     done: list[Outcome] = []

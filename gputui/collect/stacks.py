@@ -20,8 +20,13 @@ def py_spy_dump(pid: int, timeout: float = 10.0) -> str:
     if exe is None:
         return NOT_INSTALLED
     try:
-        done = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [exe, "dump", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return f"py-spy did not answer within {timeout:g} s"
     except OSError as err:
@@ -30,6 +35,8 @@ def py_spy_dump(pid: int, timeout: float = 10.0) -> str:
         return done.stdout.rstrip()
     err = (done.stderr or done.stdout).strip()
     if "ermission" in err or "ptrace" in err.lower():
-        return ("py-spy was not permitted to read it: run gputui as root, or allow ptrace "
-                "(sysctl kernel.yama.ptrace_scope=0)")
+        return (
+            "py-spy was not permitted to read it: run gputui as root, or allow ptrace "
+            "(sysctl kernel.yama.ptrace_scope=0)"
+        )
     return "py-spy failed: " + (err.splitlines()[-1] if err else f"exit status {done.returncode}")

@@ -74,9 +74,12 @@ def loaded_library(maps: Path) -> str | None:
 
 
 def _nvml_error_kind(err: BaseException) -> str:
-    kinds = ((pynvml.NVMLError_LibraryNotFound, "library"), (pynvml.NVMLError_DriverNotLoaded, "driver"),
-             (pynvml.NVMLError_NoPermission, "permission"),
-             (pynvml.NVMLError_LibRmVersionMismatch, "mismatch"))
+    kinds = (
+        (pynvml.NVMLError_LibraryNotFound, "library"),
+        (pynvml.NVMLError_DriverNotLoaded, "driver"),
+        (pynvml.NVMLError_NoPermission, "permission"),
+        (pynvml.NVMLError_LibRmVersionMismatch, "mismatch"),
+    )
     return next((kind for cls, kind in kinds if isinstance(err, cls)), "other")
 
 
@@ -111,24 +114,52 @@ def gather(root: Path = Path("/"), maps: Path = Path("/proc/self/maps")) -> Syst
     except (pynvml.NVMLError, OSError) as err:
         candidates = tuple(filter(None, [ctypes.util.find_library("nvidia-ml")]))
         kind = _nvml_error_kind(err) if isinstance(err, pynvml.NVMLError) else "library"
-        return SystemFacts(kernel_module=module, nvml_error=kind, nvml_error_text=str(err),
-                           library_candidates=candidates, device_files=device_access(root, []))
+        return SystemFacts(
+            kernel_module=module,
+            nvml_error=kind,
+            nvml_error_text=str(err),
+            library_candidates=candidates,
+            device_files=device_access(root, []),
+        )
     try:
         source = NvmlSource(devices_dir=root / "dev")
         try:
             info = source.open()
             reading = source.read(slow=True)
         except SourceUnavailable as err:
-            return SystemFacts(kernel_module=module, nvml_error="other", nvml_error_text=str(err),
-                               library=loaded_library(maps), device_files=device_access(root, []))
+            return SystemFacts(
+                kernel_module=module,
+                nvml_error="other",
+                nvml_error_text=str(err),
+                library=loaded_library(maps),
+                device_files=device_access(root, []),
+            )
         finally:
             source.close()
-        gpus = tuple(GpuFact(g.index, g.name, g.uuid, g.pci_bus_id, g.minor, g.lost, g.mig_mode,
-                             None if g.lost else _capability(g.index), g.sm_clock_max) for g in reading.gpus)
+        gpus = tuple(
+            GpuFact(
+                g.index,
+                g.name,
+                g.uuid,
+                g.pci_bus_id,
+                g.minor,
+                g.lost,
+                g.mig_mode,
+                None if g.lost else _capability(g.index),
+                g.sm_clock_max,
+            )
+            for g in reading.gpus
+        )
         minors = [g.minor for g in gpus if g.minor is not None]  # a lost GPU's file is unknown
-        return SystemFacts(kernel_module=module, library=loaded_library(maps),
-                           driver_version=info.driver_version, cuda_version=info.cuda_driver_version,
-                           gpus=gpus, processes=reading.processes, device_files=device_access(root, minors))
+        return SystemFacts(
+            kernel_module=module,
+            library=loaded_library(maps),
+            driver_version=info.driver_version,
+            cuda_version=info.cuda_driver_version,
+            gpus=gpus,
+            processes=reading.processes,
+            device_files=device_access(root, minors),
+        )
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()

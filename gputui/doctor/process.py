@@ -41,9 +41,13 @@ class ProcessFacts:
     wait_share: float | None = None  # from the gputui agent in the process, if it runs one
 
 
-def gather(pid: int, system: SystemFacts, devices_dir: Path,
-           idle_s: Callable[[dict[int, int | None]], float | None] = lambda _m: None,
-           agent: Callable[[int], AgentReport | None] | None = None) -> ProcessFacts:
+def gather(
+    pid: int,
+    system: SystemFacts,
+    devices_dir: Path,
+    idle_s: Callable[[dict[int, int | None]], float | None] = lambda _m: None,
+    agent: Callable[[int], AgentReport | None] | None = None,
+) -> ProcessFacts:
     """`idle_s` says how long the process's GPUs have been at 0 % (from NVML's samples or the TUI's
     history); `agent` answers its agent's stats, if any."""
     try:
@@ -66,10 +70,16 @@ def gather(pid: int, system: SystemFacts, devices_dir: Path,
     worst = next((r for r in mine if r.category != classify.OK), mine[0] if mine else None)
     report = (agent or _agent_stats)(pid)
     return ProcessFacts(
-        pid, command, device_files(pid, devices_dir), environ, memory,
+        pid,
+        command,
+        device_files(pid, devices_dir),
+        environ,
+        memory,
         idle_s=idle_s(memory) if any(memory.values()) else None,
-        category=worst.category if worst else classify.OK, reason=worst.reason if worst else "",
-        wait_share=report.progress.data_wait_share if report is not None and report.ok else None)
+        category=worst.category if worst else classify.OK,
+        reason=worst.reason if worst else "",
+        wait_share=report.progress.data_wait_share if report is not None and report.ok else None,
+    )
 
 
 def _agent_stats(pid: int) -> AgentReport | None:
@@ -82,8 +92,13 @@ def checks(p: ProcessFacts, system: SystemFacts) -> list[Check]:
         return [_zombie(p, who)]
     out = [_devices(p, who)]
     if p.environ is None:
-        out.append(warning("process", f"{who}: its environment is not readable, so its CUDA_VISIBLE_DEVICES "
-                           "is unknown", "run the doctor as its user or as root"))
+        out.append(
+            warning(
+                "process",
+                f"{who}: its environment is not readable, so its CUDA_VISIBLE_DEVICES is unknown",
+                "run the doctor as its user or as root",
+            )
+        )
     elif system.gpus:
         verdict = checks_cuda.visible_devices(p.environ, system.gpus, whose=f"{who}: its ")
         out.append(Check("process", verdict.status, verdict.found, verdict.fix))
@@ -92,23 +107,36 @@ def checks(p: ProcessFacts, system: SystemFacts) -> list[Check]:
         where = ", ".join(f"{fmt_bytes(m)} on GPU {gpu}" for gpu, m in sorted(used.items()))
         out.append(ok("process", f"{who} uses {where}"))
         if p.idle_s is not None and p.idle_s >= IDLE_AFTER_S:
-            out.append(warning("process", f"{who} holds GPU memory but its GPU has been at 0% for "
-                               f"{fmt_duration(p.idle_s)}",
-                               "it may be stuck (`py-spy dump --pid PID` shows where) or finished but not "
-                               "exited"))
+            out.append(
+                warning(
+                    "process",
+                    f"{who} holds GPU memory but its GPU has been at 0% for {fmt_duration(p.idle_s)}",
+                    "it may be stuck (`py-spy dump --pid PID` shows where) or finished but not exited",
+                )
+            )
     elif p.devices and p.category == classify.WORKER:
         out.append(ok("process", f"{who} is a data-loader worker of a GPU process (it inherited the files)"))
     elif p.devices:
-        out.append(warning("process", f"{who} holds device files but NVML lists no GPU memory for it",
-                           "it may run in another PID namespace (a container), or be a leftover context"))
+        out.append(
+            warning(
+                "process",
+                f"{who} holds device files but NVML lists no GPU memory for it",
+                "it may run in another PID namespace (a container), or be a leftover context",
+            )
+        )
     if p.category not in (classify.OK, classify.WORKER):
         out.append(_zombie(p, who))
     if p.wait_share is not None:
         share = round(100 * p.wait_share)
         if p.wait_share >= INPUT_BOUND:
-            out.append(warning("process", f"{who} is input-bound: {share}% of step time waiting for data",
-                               "more DataLoader workers (num_workers), pin_memory=True, faster storage or "
-                               "cached/preprocessed data"))
+            out.append(
+                warning(
+                    "process",
+                    f"{who} is input-bound: {share}% of step time waiting for data",
+                    "more DataLoader workers (num_workers), pin_memory=True, faster storage or "
+                    "cached/preprocessed data",
+                )
+            )
         else:
             out.append(ok("process", f"{who} waits for data {share}% of step time"))
     return out
@@ -121,12 +149,16 @@ def _zombie(p: ProcessFacts, who: str) -> Check:
 
 def _devices(p: ProcessFacts, who: str) -> Check:
     if p.devices is None:
-        return warning("process", f"{who}: its open files are not readable",
-                       "run the doctor as its user or root")
+        return warning(
+            "process", f"{who}: its open files are not readable", "run the doctor as its user or root"
+        )
     if not p.devices:
-        return problem("process", f"{who} holds no /dev/nvidia* file: it never initialized CUDA",
-                       "check that it moves work to the GPU (.to('cuda')), its CUDA_VISIBLE_DEVICES, and "
-                       "that its torch is a CUDA build (`gputui doctor --python` with its interpreter)")
+        return problem(
+            "process",
+            f"{who} holds no /dev/nvidia* file: it never initialized CUDA",
+            "check that it moves work to the GPU (.to('cuda')), its CUDA_VISIBLE_DEVICES, and "
+            "that its torch is a CUDA build (`gputui doctor --python` with its interpreter)",
+        )
     return ok("process", f"{who} holds {', '.join(p.devices)}")
 
 

@@ -62,12 +62,18 @@ def line(c: Check) -> str:
 
 
 def text(checks: list[Check]) -> str:
-    return "\n".join(["gputui doctor: why isn't my GPU being used?", *(line(c) for c in checks),
-                      summary(checks)])
+    return "\n".join(
+        ["gputui doctor: why isn't my GPU being used?", *(line(c) for c in checks), summary(checks)]
+    )
 
 
 def as_json(checks: list[Check]) -> str:
-    return json.dumps({"checks": [asdict(c) for c in checks],
-                       "problems": sum(c.status == PROBLEM for c in checks),
-                       "warnings": sum(c.status == WARNING for c in checks),
-                       "exit_code": exit_code(checks)}, indent=2)
+    return json.dumps(
+        {
+            "checks": [asdict(c) for c in checks],
+            "problems": sum(c.status == PROBLEM for c in checks),
+            "warnings": sum(c.status == WARNING for c in checks),
+            "exit_code": exit_code(checks),
+        },
+        indent=2,
+    )

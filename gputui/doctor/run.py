@@ -12,10 +12,15 @@ from gputui.doctor import checks_cuda, checks_system, checks_torch, facts, proce
 from gputui.doctor.report import Check
 
 
-def diagnose(pid: int | None = None, python: str | None = None, env: Mapping[str, str] | None = None,
-             root: Path = Path("/"), system: facts.SystemFacts | None = None,
-             idle_s: Callable[[dict[int, int | None]], float | None] | None = None,
-             seen: tuple[facts.SystemFacts, Path] | None = None) -> list[Check]:
+def diagnose(
+    pid: int | None = None,
+    python: str | None = None,
+    env: Mapping[str, str] | None = None,
+    root: Path = Path("/"),
+    system: facts.SystemFacts | None = None,
+    idle_s: Callable[[dict[int, int | None]], float | None] | None = None,
+    seen: tuple[facts.SystemFacts, Path] | None = None,
+) -> list[Check]:
     """Every check; raises process.NoSuchProcess when `pid` names no process. The TUI passes what it
     already knows: `idle_s` from its history, and in `seen` its own view of the GPUs and processes with
     their device directory (the demo's, when it runs on simulated GPUs), for the process checks."""
@@ -32,8 +37,10 @@ def diagnose(pid: int | None = None, python: str | None = None, env: Mapping[str
     out += checks_torch.checks(torch_probe.probe(python or sys.executable, env), system, seen_by_cuda)
     if pid is not None:
         if idle_s is None:
+
             def idle_s(memory: dict[int, int | None]) -> float | None:
                 return facts.idle_seconds(sorted(memory), time.time())
+
         view, devices_dir = seen or (system, root / "dev")
         p = process.gather(pid, view, devices_dir, idle_s=idle_s)
         out += process.checks(p, view)

@@ -63,9 +63,15 @@ def probe(python: str, env: dict[str, str] | None = None, timeout: float = TIMEO
     command = os.path.abspath(python) if os.sep in python else python  # ./venv/bin/python from here
     try:
         with tempfile.TemporaryDirectory(prefix="gputui-probe-") as empty:
-            done = subprocess.run([command, "-c", PROBE], capture_output=True, text=True, timeout=timeout,
-                                  env=env if env is not None else dict(os.environ), stdin=subprocess.DEVNULL,
-                                  cwd=empty)
+            done = subprocess.run(
+                [command, "-c", PROBE],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env if env is not None else dict(os.environ),
+                stdin=subprocess.DEVNULL,
+                cwd=empty,
+            )
     except OSError as err:
         return TorchFacts(python, error=f"cannot run {python}: {err.strerror or err}")
     except subprocess.TimeoutExpired:
@@ -87,8 +93,11 @@ def probe(python: str, env: dict[str, str] | None = None, timeout: float = TIMEO
         available=doc["available"] if isinstance(doc.get("available"), bool) else None,
         device_count=doc["device_count"] if _small_int(doc.get("device_count")) else None,
         arch_list=_strings(doc.get("arch_list")),
-        capabilities=tuple((c[0], c[1]) for c in _items(doc.get("capabilities"))
-                           if isinstance(c, list) and len(c) == 2 and all(_small_int(n) for n in c)),
+        capabilities=tuple(
+            (c[0], c[1])
+            for c in _items(doc.get("capabilities"))
+            if isinstance(c, list) and len(c) == 2 and all(_small_int(n) for n in c)
+        ),
         cuda_error=_str(doc.get("cuda_error")),
         warnings=_strings(doc.get("warnings")),
     )

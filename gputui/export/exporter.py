@@ -88,11 +88,14 @@ class Exporter:
             dips = DipCounters(dict(self.dips.count), dict(self.dips.seconds), set(self.dips.ongoing))
         return list(printable_labels(self._metrics(snap, failures, took, dips)))
 
-    def _metrics(self, snap: Snapshot | None, failures: int, took: float, dips: DipCounters
-                 ) -> Iterator[Metric]:
+    def _metrics(
+        self, snap: Snapshot | None, failures: int, took: float, dips: DipCounters
+    ) -> Iterator[Metric]:
         info = InfoMetricFamily("gputui_exporter", "The gputui exporter and what it reads.")
-        info.add_metric([], {"version": __version__, "source": self.sampler.source.name,
-                             "Hostname": self.sampler.hostname})
+        info.add_metric(
+            [],
+            {"version": __version__, "source": self.sampler.source.name, "Hostname": self.sampler.hostname},
+        )
         yield info
         fails = CounterMetricFamily("gputui_exporter_sample_failures", "Samples that raised an error.")
         fails.add_metric([], float(failures))
@@ -102,8 +105,9 @@ class Exporter:
         took_fam = GaugeMetricFamily("gputui_exporter_sample_seconds", "Time the last sample took.")
         took_fam.add_metric([], took)
         yield took_fam
-        stamp = GaugeMetricFamily("gputui_exporter_last_sample_timestamp_seconds",
-                                  "Unix time of the sample being served.")
+        stamp = GaugeMetricFamily(
+            "gputui_exporter_last_sample_timestamp_seconds", "Unix time of the sample being served."
+        )
         stamp.add_metric([], snap.time)
         yield stamp
         yield from families(snap, dips)
@@ -138,8 +142,9 @@ class MetricsServer:
     bounded queue; they render the registry and answer, one request per connection.
     """
 
-    def __init__(self, registry: CollectorRegistry, port: int, bind: str,
-                 request_timeout: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, port: int, bind: str, request_timeout: float = REQUEST_TIMEOUT_S
+    ) -> None:
         self.registry = registry
         self.request_timeout = request_timeout
         self._listener = _listen(bind, port)
@@ -155,8 +160,10 @@ class MetricsServer:
         self._answering_lock = threading.Lock()
         self._stopping = False
         self._io = threading.Thread(target=self._loop, name="gputui-export-io", daemon=True)
-        self._workers = [threading.Thread(target=self._work, name=f"gputui-export-{i}", daemon=True)
-                         for i in range(WORKERS)]
+        self._workers = [
+            threading.Thread(target=self._work, name=f"gputui-export-{i}", daemon=True)
+            for i in range(WORKERS)
+        ]
         for thread in (self._io, *self._workers):
             thread.start()
 
@@ -316,7 +323,8 @@ class MetricsServer:
 def _listen(bind: str, port: int) -> socket.socket:
     """A listening socket on `bind` (an IPv4 or IPv6 address, or a name); raises OSError."""
     family, _type, _proto, _name, address = socket.getaddrinfo(
-        bind or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        bind or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
     return socket.create_server(address, family=family, backlog=socket.SOMAXCONN)
 
 
@@ -338,10 +346,13 @@ def _parse(head: bytes) -> tuple[str, str, dict[str, str]] | None:
     return method, target.partition("?")[0], headers
 
 
-def _response(status: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
-              extra: str = "") -> bytes:
-    head = (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n{extra}\r\n")
+def _response(
+    status: int, body: bytes, content_type: str = "text/plain; charset=utf-8", extra: str = ""
+) -> bytes:
+    head = (
+        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n{extra}\r\n"
+    )
     return head.encode("latin-1") + body
 
 
@@ -352,8 +363,12 @@ def _refuse(conn: socket.socket, status: int) -> None:
     conn.close()
 
 
-def run(exporter: Exporter, interval: float, stop: threading.Event | None = None,
-        monotonic: Callable[[], float] = time.monotonic) -> None:
+def run(
+    exporter: Exporter,
+    interval: float,
+    stop: threading.Event | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> None:
     """Sample every `interval` seconds (on a steady schedule, not drifting) until `stop` is set."""
     stop = stop or threading.Event()
     next_at = monotonic()
@@ -370,6 +385,9 @@ def announce(port: int, bind: str, exporter: Exporter, interval: float) -> None:
     host = "localhost" if bind in ("", "0.0.0.0", "::") else bind
     if ":" in host:
         host = f"[{host}]"
-    print(f"gputui export: http://{host}:{port}/metrics (Hostname={printable(exporter.sampler.hostname)}, "
-          f"source {exporter.sampler.source.name}, sampled every {interval:g} s)",
-          file=sys.stderr, flush=True)
+    print(
+        f"gputui export: http://{host}:{port}/metrics (Hostname={printable(exporter.sampler.hostname)}, "
+        f"source {exporter.sampler.source.name}, sampled every {interval:g} s)",
+        file=sys.stderr,
+        flush=True,
+    )

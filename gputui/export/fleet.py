@@ -31,15 +31,24 @@ from gputui.export.promql import (
 DEFAULT_WINDOW_S = 900.0
 SPARK_POINTS = 60  # points per GPU in the range query: enough for the drill-down's sparkline
 # The latest value of each, by the FleetGpu field it fills.
-LATEST_FIELDS = {"DCGM_FI_DEV_GPU_UTIL": "util", "DCGM_FI_DEV_FB_USED": "mem_used",
-                 "DCGM_FI_DEV_FB_FREE": "mem_free", "DCGM_FI_DEV_GPU_TEMP": "temperature",
-                 "DCGM_FI_DEV_POWER_USAGE": "power"}
+LATEST_FIELDS = {
+    "DCGM_FI_DEV_GPU_UTIL": "util",
+    "DCGM_FI_DEV_FB_USED": "mem_used",
+    "DCGM_FI_DEV_FB_FREE": "mem_free",
+    "DCGM_FI_DEV_GPU_TEMP": "temperature",
+    "DCGM_FI_DEV_POWER_USAGE": "power",
+}
 SORTS = ("name", "busy", "idle", "memory", "dips", "zombies")
 # What each value can be; outside it, a value is a lie, shown as unknown (a 300-digit "utilization"
 # pushed every column off the screen). Memory of the DCGM fields in MiB, of gputui's in bytes.
 PERCENT = (0.0, 100.0)
-LIMITS = {"util": PERCENT, "mem_used": (0.0, 2.0**30), "mem_free": (0.0, 2.0**30),
-          "temperature": (-273.0, 1000.0), "power": (0.0, 1e6)}
+LIMITS = {
+    "util": PERCENT,
+    "mem_used": (0.0, 2.0**30),
+    "mem_free": (0.0, 2.0**30),
+    "temperature": (-273.0, 1000.0),
+    "power": (0.0, 1e6),
+}
 BYTES = (0.0, 2.0**50)  # a PiB
 COUNT = (0.0, 1e9)
 
@@ -181,8 +190,9 @@ def within(value: float | None, bounds: tuple[float, float]) -> float | None:
     return value if value is not None and bounds[0] <= value <= bounds[1] else None
 
 
-def on_grid(values: Iterable[tuple[float, float | None]], start: float, step: float, points: int
-            ) -> tuple[float | None, ...]:
+def on_grid(
+    values: Iterable[tuple[float, float | None]], start: float, step: float, points: int
+) -> tuple[float | None, ...]:
     """A range query's (time, percent) pairs (finite times: promql checked them) placed on the window's
     grid; None where none fell, or where the value is no percentage."""
     series: list[float | None] = [None] * points
@@ -198,10 +208,18 @@ def _stale(host: FleetHost, old: FleetHost | None, last_seen: float | None) -> F
     if old is None:
         return replace(host, stale=True, last_seen=last_seen)
     before = {g.gpu: g for g in old.gpus}
-    gpus = tuple(replace(before[g.gpu], series=g.series or before[g.gpu].series) if g.gpu in before else g
-                 for g in host.gpus)
-    return replace(host, gpus=gpus, stale=True, last_seen=last_seen or old.last_seen,
-                   gputui=host.gputui or old.gputui, zombies=host.zombies or old.zombies)
+    gpus = tuple(
+        replace(before[g.gpu], series=g.series or before[g.gpu].series) if g.gpu in before else g
+        for g in host.gpus
+    )
+    return replace(
+        host,
+        gpus=gpus,
+        stale=True,
+        last_seen=last_seen or old.last_seen,
+        gputui=host.gputui or old.gputui,
+        zombies=host.zombies or old.zombies,
+    )
 
 
 def host_name(labels: dict[str, str]) -> str:
@@ -211,9 +229,16 @@ def host_name(labels: dict[str, str]) -> str:
 
 def sort_hosts(hosts: Iterable[FleetHost], key: str) -> list[FleetHost]:
     """Hosts in `key` order (see SORTS); unknown values go last, then by name."""
+
     def measure(h: FleetHost) -> float | None:
-        return {"busy": h.util, "idle": None if h.util is None else -h.util, "memory": h.mem_percent,
-                "dips": h.dips, "zombies": h.zombie_total, "name": None}[key]
+        return {
+            "busy": h.util,
+            "idle": None if h.util is None else -h.util,
+            "memory": h.mem_percent,
+            "dips": h.dips,
+            "zombies": h.zombie_total,
+            "name": None,
+        }[key]
 
     by_name = sorted(hosts, key=lambda h: h.name)
     if key == "name":
@@ -224,8 +249,14 @@ def sort_hosts(hosts: Iterable[FleetHost], key: str) -> list[FleetHost]:
 class FleetReader:
     """Reads the fleet from Prometheus; `refresh()` returns a FleetView and never raises."""
 
-    def __init__(self, prometheus: Prometheus, selector: str = "", window: float = DEFAULT_WINDOW_S,
-                 points: int = SPARK_POINTS, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        prometheus: Prometheus,
+        selector: str = "",
+        window: float = DEFAULT_WINDOW_S,
+        points: int = SPARK_POINTS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.prometheus = prometheus
         self.matchers = matchers(selector)
         self.window = window
@@ -244,18 +275,21 @@ class FleetReader:
         try:
             view = self._read()
         except PrometheusError as err:
-            view = self._failed(str(err), refused=isinstance(err, QueryRefused),
-                                bad_answer=isinstance(err, BadAnswer))
+            view = self._failed(
+                str(err), refused=isinstance(err, QueryRefused), bad_answer=isinstance(err, BadAnswer)
+            )
         except Exception as err:  # a bug here must not end the refresh loop: it is the banner's line
-            view = self._failed(f"could not make sense of Prometheus's answer: {type(err).__name__}: {err}",
-                                bad_answer=True)
+            view = self._failed(
+                f"could not make sense of Prometheus's answer: {type(err).__name__}: {err}", bad_answer=True
+            )
         self.view = replace(view, queries=self.prometheus.requests - before)
         return self.view
 
     def _failed(self, error: str, refused: bool = False, bad_answer: bool = False) -> FleetView:
         """The last view, kept, with why this refresh failed."""
-        return replace(self.view, error=error, failures=self.view.failures + 1, refused=refused,
-                       bad_answer=bad_answer)
+        return replace(
+            self.view, error=error, failures=self.view.failures + 1, refused=refused, bad_answer=bad_answer
+        )
 
     def _read(self) -> FleetView:
         now = self.clock()
@@ -269,17 +303,29 @@ class FleetReader:
         latest = q.query(self._selector(f'__name__=~"DCGM_FI_DEV_({names})"'), at=now)
         ours_names = "zombie_processes|unaccounted_memory_bytes|gpu_in_dip|exporter_info"
         ours = q.query(self._selector(f'__name__=~"gputui_({ours_names})"'), at=now)
-        dips = q.query(f"sum by (Hostname, instance, job, gpu) "
-                       f"(increase(gputui_dips_total{self._selector()}[{int(self.window)}s]))", at=now)
+        dips = q.query(
+            f"sum by (Hostname, instance, job, gpu) "
+            f"(increase(gputui_dips_total{self._selector()}[{int(self.window)}s]))",
+            at=now,
+        )
         up = q.query("up", at=now)
         hosts = self._hosts(util_range, latest, ours, dips, up, start, now)
         focus = self.focus  # read once: the UI thread may clear it meanwhile
         detail = self._detail(focus, start, end) if focus else None
-        return FleetView(hosts=tuple(hosts), start=start, end=end, step=self.step, fetched_at=now,
-                         detail=detail)
+        return FleetView(
+            hosts=tuple(hosts), start=start, end=end, step=self.step, fetched_at=now, detail=detail
+        )
 
-    def _hosts(self, util_range: list[Series], latest: list[Sample], ours: list[Sample], dips: list[Sample],
-               up: list[Sample], start: float, now: float) -> list[FleetHost]:
+    def _hosts(
+        self,
+        util_range: list[Series],
+        latest: list[Sample],
+        ours: list[Sample],
+        dips: list[Sample],
+        up: list[Sample],
+        start: float,
+        now: float,
+    ) -> list[FleetHost]:
         gpus: dict[str, dict[str, dict[str, Any]]] = {}  # host -> gpu -> FleetGpu's fields
         targets: dict[str, tuple[str, str]] = {}  # host -> (job, instance)
         seen: dict[str, float] = {}  # host -> time of its newest sample in the window
@@ -322,9 +368,16 @@ class FleetReader:
         for name, fields in gpus.items():
             job, instance = targets[name]
             in_order = sorted(fields, key=lambda g: (len(g), g))  # 2 before 10
-            host = FleetHost(name, instance, job, tuple(FleetGpu(g, **fields[g]) for g in in_order),
-                             last_seen=now, down=(job, instance) in down, gputui=name in zombies,
-                             zombies=zombies.get(name, {}))
+            host = FleetHost(
+                name,
+                instance,
+                job,
+                tuple(FleetGpu(g, **fields[g]) for g in in_order),
+                last_seen=now,
+                down=(job, instance) in down,
+                gputui=name in zombies,
+                zombies=zombies.get(name, {}),
+            )
             old = previous.get(name)
             if name not in fresh:
                 host = _stale(host, old, seen.get(name))
@@ -345,23 +398,39 @@ class FleetReader:
         procs = q.query(f"gputui_process_gpu_memory_bytes{self._selector(label)}")
         agents = q.query(self._selector('__name__=~"gputui_agent_.*"', label))
         sel = self._selector(label)
-        mem = q.query_range(f"100 * DCGM_FI_DEV_FB_USED{sel} / (DCGM_FI_DEV_FB_USED{sel} + "
-                            f"DCGM_FI_DEV_FB_FREE{sel})", start, end, self.step)
-        processes = sorted((FleetProcess(s.labels.get("gpu", "?"), s.labels.get("pid", "?"),
-                                         s.labels.get("user", ""), s.labels.get("command", ""),
-                                         s.labels.get("class", ""), within(s.value, BYTES) or 0.0)
-                            for s in procs), key=lambda p: (-p.memory, p.gpu, p.pid))
+        mem = q.query_range(
+            f"100 * DCGM_FI_DEV_FB_USED{sel} / (DCGM_FI_DEV_FB_USED{sel} + DCGM_FI_DEV_FB_FREE{sel})",
+            start,
+            end,
+            self.step,
+        )
+        processes = sorted(
+            (
+                FleetProcess(
+                    s.labels.get("gpu", "?"),
+                    s.labels.get("pid", "?"),
+                    s.labels.get("user", ""),
+                    s.labels.get("command", ""),
+                    s.labels.get("class", ""),
+                    within(s.value, BYTES) or 0.0,
+                )
+                for s in procs
+            ),
+            key=lambda p: (-p.memory, p.gpu, p.pid),
+        )
         by_agent: dict[tuple[str, str], dict[str, Any]] = {}
         for s in agents:
             labels = s.labels
-            entry = by_agent.setdefault((labels.get("pid", "?"), labels.get("cuda_device", "")),
-                                        {"command": labels.get("command", ""), "values": {}})
+            entry = by_agent.setdefault(
+                (labels.get("pid", "?"), labels.get("cuda_device", "")),
+                {"command": labels.get("command", ""), "values": {}},
+            )
             name = labels.get("__name__", "").removeprefix("gputui_agent_")
             value = within(s.value, PERCENT if name.endswith("_percent") else BYTES)
             if value is not None:  # the rest are bytes and counts: a PiB bounds both
                 entry["values"][name] = value
-        agent_rows = tuple(FleetAgent(pid, e["command"], dev, e["values"])
-                           for (pid, dev), e in sorted(by_agent.items()))
-        mem_series = {r.labels.get("gpu", "?"): on_grid(r.points, start, self.step, self.points)
-                      for r in mem}
+        agent_rows = tuple(
+            FleetAgent(pid, e["command"], dev, e["values"]) for (pid, dev), e in sorted(by_agent.items())
+        )
+        mem_series = {r.labels.get("gpu", "?"): on_grid(r.points, start, self.step, self.points) for r in mem}
         return HostDetail(host, tuple(processes), agent_rows, mem_series)

@@ -58,8 +58,12 @@ DCGM_FIELDS: tuple[tuple[str, str, str, Any], ...] = (
     ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", "gauge", lambda g: g.dec_util),
     # A counter in dcgm-exporter; prometheus-client cannot write a counter without `_total`, so the TYPE
     # line says gauge and the name stays dcgm-exporter's (rate() and increase() work the same).
-    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", "gauge",
-     _energy_mj),
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "Total energy consumption since boot (in mJ).",
+        "gauge",
+        _energy_mj,
+    ),
 )
 
 
@@ -122,12 +126,14 @@ def families(snap: Snapshot, dips: DipCounters | None = None) -> Iterator[Metric
                 fam.add_sample(name, dict(zip(GPU_LABELS, labels[g.index], strict=True)), float(value))
         yield fam
 
-    lost = GaugeMetricFamily("gputui_gpu_lost", "1 when NVML reports the GPU lost (fallen off the bus).",
-                             labels=GPU_LABELS)
+    lost = GaugeMetricFamily(
+        "gputui_gpu_lost", "1 when NVML reports the GPU lost (fallen off the bus).", labels=GPU_LABELS
+    )
     unaccounted = GaugeMetricFamily(
         "gputui_unaccounted_memory_bytes",
         "GPU memory used that no listed process accounts for (leaks, other containers' contexts).",
-        labels=GPU_LABELS)
+        labels=GPU_LABELS,
+    )
     for g in snap.gpus:
         lost.add_metric(labels[g.index], 1.0 if g.lost else 0.0)
         value = snap.unaccounted_memory.get(g.index)
@@ -143,33 +149,40 @@ def families(snap: Snapshot, dips: DipCounters | None = None) -> Iterator[Metric
     unreadable = GaugeMetricFamily(
         "gputui_unreadable_processes",
         "Processes whose open files gputui cannot read: device holders among them are not counted.",
-        labels=["Hostname"])
+        labels=["Hostname"],
+    )
     unreadable.add_metric([host], float(snap.unreadable_fds))
     yield unreadable
-    errors = GaugeMetricFamily("gputui_sample_errors", "Errors in the last sample (fields read as n/a).",
-                               labels=["Hostname"])
+    errors = GaugeMetricFamily(
+        "gputui_sample_errors", "Errors in the last sample (fields read as n/a).", labels=["Hostname"]
+    )
     errors.add_metric([host], float(len(snap.errors)))
     yield errors
 
 
 def _process_families(snap: Snapshot, labels: dict[int, list[str]]) -> Iterator[Metric]:
     mem = GaugeMetricFamily(
-        "gputui_process_gpu_memory_bytes", "GPU memory used by a process, as NVML reports it.",
-        labels=["gpu", "UUID", "Hostname", "pid", "user", "command", "class"])
+        "gputui_process_gpu_memory_bytes",
+        "GPU memory used by a process, as NVML reports it.",
+        labels=["gpu", "UUID", "Hostname", "pid", "user", "command", "class"],
+    )
     seen: set[tuple[int, int]] = set()
     for p in snap.processes:
         if p.gpu is None or p.used_memory is None or p.gpu not in labels or (p.gpu, p.pid) in seen:
             continue
         seen.add((p.gpu, p.pid))
         gpu, uuid, *_, hostname = labels[p.gpu]
-        mem.add_metric([gpu, uuid, hostname, str(p.pid), p.user or "", _short_command(p.command, p.name),
-                        p.category], float(p.used_memory))
+        mem.add_metric(
+            [gpu, uuid, hostname, str(p.pid), p.user or "", _short_command(p.command, p.name), p.category],
+            float(p.used_memory),
+        )
     yield mem
 
     zombies = GaugeMetricFamily(
         "gputui_zombie_processes",
         "Processes in each suspicious class (defunct, orphan, stuck, unseen, nvml-only, no-permission).",
-        labels=["Hostname", "class"])
+        labels=["Hostname", "class"],
+    )
     counts = dict.fromkeys(ZOMBIE_CLASSES, 0)
     for pid in {(p.pid, p.category) for p in snap.processes if p.category in counts}:
         counts[pid[1]] += 1
@@ -178,19 +191,21 @@ def _process_families(snap: Snapshot, labels: dict[int, list[str]]) -> Iterator[
     yield zombies
 
 
-def _dip_families(snap: Snapshot, labels: dict[int, list[str]], dips: DipCounters | None
-                  ) -> Iterator[Metric]:
+def _dip_families(snap: Snapshot, labels: dict[int, list[str]], dips: DipCounters | None) -> Iterator[Metric]:
     if dips is None:
         return
-    count = CounterMetricFamily("gputui_dips", "Utilization dips seen (stall: < 5 s, long: >= 5 s).",
-                                labels=[*GPU_LABELS, "kind"])
+    count = CounterMetricFamily(
+        "gputui_dips", "Utilization dips seen (stall: < 5 s, long: >= 5 s).", labels=[*GPU_LABELS, "kind"]
+    )
     for g in snap.gpus:  # zeros too: increase() over the window needs the series to exist
         for kind in DIP_KINDS:
             count.add_metric([*labels[g.index], kind], float(dips.count.get((g.index, kind), 0)))
-    seconds = CounterMetricFamily("gputui_dip_seconds", "Seconds spent in finished utilization dips.",
-                                  labels=GPU_LABELS)
-    in_dip = GaugeMetricFamily("gputui_gpu_in_dip", "1 while the GPU is in a utilization dip.",
-                               labels=GPU_LABELS)
+    seconds = CounterMetricFamily(
+        "gputui_dip_seconds", "Seconds spent in finished utilization dips.", labels=GPU_LABELS
+    )
+    in_dip = GaugeMetricFamily(
+        "gputui_gpu_in_dip", "1 while the GPU is in a utilization dip.", labels=GPU_LABELS
+    )
     for g in snap.gpus:
         seconds.add_metric(labels[g.index], dips.seconds.get(g.index, 0.0))
         in_dip.add_metric(labels[g.index], 1.0 if g.index in dips.ongoing else 0.0)
@@ -205,10 +220,18 @@ AGENT_FIELDS = (
     ("allocated_peak_bytes", "Peak of allocated bytes.", "allocated_peak", "gauge"),
     ("reserved_bytes", "Bytes the caching allocator holds from the driver.", "reserved", "gauge"),
     ("reserved_peak_bytes", "Peak of reserved bytes.", "reserved_peak", "gauge"),
-    ("largest_free_block_bytes", "Largest free block inside reserved segments.", "largest_free_block",
-     "gauge"),
-    ("fragmentation_percent", "Share of reserved-but-free memory outside the largest free block.",
-     "fragmentation", "gauge"),
+    (
+        "largest_free_block_bytes",
+        "Largest free block inside reserved segments.",
+        "largest_free_block",
+        "gauge",
+    ),
+    (
+        "fragmentation_percent",
+        "Share of reserved-but-free memory outside the largest free block.",
+        "fragmentation",
+        "gauge",
+    ),
     ("alloc_retries", "cudaMalloc retries after freeing cached blocks.", "num_alloc_retries", "counter"),
     ("ooms", "Out-of-memory errors the allocator raised.", "num_ooms", "counter"),
 )
@@ -221,9 +244,11 @@ def _agent_families(snap: Snapshot) -> Iterator[Metric]:
     for suffix, doc, _key, kind in AGENT_FIELDS:
         cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
         fams[suffix] = cls(f"gputui_agent_{suffix}", doc, labels=label_names)
-    wait = GaugeMetricFamily("gputui_agent_data_wait_ratio",
-                             "Share of step time the training loop waited for its DataLoader.",
-                             labels=["Hostname", "pid", "command"])
+    wait = GaugeMetricFamily(
+        "gputui_agent_data_wait_ratio",
+        "Share of step time the training loop waited for its DataLoader.",
+        labels=["Hostname", "pid", "command"],
+    )
     for pid, report in sorted(snap.agents.items()):
         if not report.ok:  # a slow agent's numbers are old, an unreadable one's are none
             continue

@@ -46,7 +46,7 @@ class PrometheusError(Exception):
     def __init__(self, message: str) -> None:
         text = printable(message)
         if len(text) > MAX_ERROR_CHARS:
-            text = text[:MAX_ERROR_CHARS - 1] + "…"
+            text = text[: MAX_ERROR_CHARS - 1] + "…"
         super().__init__(text)
 
 
@@ -299,8 +299,13 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
     """http and https (through the environment's proxies, as urllib does), no other scheme, and no
     redirect followed by urllib: _get follows them, after checking where they lead."""
     opener = urllib.request.OpenerDirector()
-    for handler in (urllib.request.ProxyHandler(), _HTTP(deadline), _HTTPS(deadline),
-                    urllib.request.HTTPDefaultErrorHandler(), urllib.request.HTTPErrorProcessor()):
+    for handler in (
+        urllib.request.ProxyHandler(),
+        _HTTP(deadline),
+        _HTTPS(deadline),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPErrorProcessor(),
+    ):
         opener.add_handler(handler)
     return opener
 
@@ -333,8 +338,13 @@ class Prometheus:
         return self._parse(self._get("query", params), samples)
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[Series]:
-        return self._parse(self._get("query_range", {"query": promql, "start": f"{start:.3f}",
-                                                     "end": f"{end:.3f}", "step": f"{step:g}"}), series)
+        return self._parse(
+            self._get(
+                "query_range",
+                {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
+            ),
+            series,
+        )
 
     def close(self) -> None:
         """No more requests: the one in flight (on another thread) ends now, any later one at once."""
@@ -363,15 +373,19 @@ class Prometheus:
             raise PrometheusError("closed")
         deadline = self._deadline = _Deadline(self.timeout)
         try:
-            return self._fetch(f"{self.url}/api/v1/{endpoint}", urllib.parse.urlencode(params).encode(),
-                               deadline)
+            return self._fetch(
+                f"{self.url}/api/v1/{endpoint}", urllib.parse.urlencode(params).encode(), deadline
+            )
         except PrometheusError:
             if deadline.expired:
                 raise self._too_slow() from None
             raise
         except Exception as err:  # whatever a connection cut at the deadline raised, and every other
-            if deadline.expired or isinstance(err, TimeoutError) or \
-                    isinstance(getattr(err, "reason", None), TimeoutError):
+            if (
+                deadline.expired
+                or isinstance(err, TimeoutError)
+                or isinstance(getattr(err, "reason", None), TimeoutError)
+            ):
                 raise self._too_slow() from None
             raise self._failure(err) from None
         finally:
@@ -381,8 +395,9 @@ class Prometheus:
     def _fetch(self, url: str, data: bytes, deadline: _Deadline) -> str:
         for _ in range(MAX_REDIRECTS + 1):
             # POST: a long selector does not hit URL length limits of proxies in front of Prometheus.
-            request = urllib.request.Request(url, data=data, method="POST",
-                                             headers={"Accept": "application/json"})
+            request = urllib.request.Request(
+                url, data=data, method="POST", headers={"Accept": "application/json"}
+            )
             try:
                 with _opener(deadline).open(request, timeout=deadline.left()) as reply:
                     body = _read(reply, MAX_ANSWER_BYTES)
@@ -405,15 +420,19 @@ class Prometheus:
         """Where a redirect from `url` leads, if it is to be followed: http(s), the same host, no
         downgrade from https. The query is sent again there, as it was (Prometheus takes a POST)."""
         # http.client decoded the header as ISO-8859-1: its bytes back, unsafe ones %-escaped.
-        target = urllib.parse.urljoin(url, urllib.parse.quote(location.strip(), encoding="iso-8859-1",
-                                                              safe=string.punctuation))
+        target = urllib.parse.urljoin(
+            url, urllib.parse.quote(location.strip(), encoding="iso-8859-1", safe=string.punctuation)
+        )
         was, now = urllib.parse.urlsplit(url), urllib.parse.urlsplit(target)
         if now.scheme not in ("http", "https"):
-            raise BadAnswer(f"Prometheus at {self.url} redirected to {target}: refused, only http and https "
-                            "are followed")
+            raise BadAnswer(
+                f"Prometheus at {self.url} redirected to {target}: refused, only http and https are followed"
+            )
         if now.hostname != was.hostname:
-            raise BadAnswer(f"Prometheus at {self.url} redirected to another host: {target}: refused "
-                            "(if that is Prometheus, give its address to --prometheus)")
+            raise BadAnswer(
+                f"Prometheus at {self.url} redirected to another host: {target}: refused "
+                "(if that is Prometheus, give its address to --prometheus)"
+            )
         if (was.scheme, now.scheme) == ("https", "http"):
             raise BadAnswer(f"Prometheus at {self.url} redirected from https to http: {target}: refused")
         return target

@@ -34,7 +34,7 @@ def segment_map(fill: list[float], width: int = 60) -> str:
     if not fill:
         return NA
     step = max(1, -(-len(fill) // width))
-    groups = [fill[i:i + step] for i in range(0, len(fill), step)]
+    groups = [fill[i : i + step] for i in range(0, len(fill), step)]
     return "".join(glyph(100.0 * sum(g) / len(g)) for g in groups)
 
 
@@ -50,8 +50,9 @@ class AllocatorScreen(Modal[None]):
         Binding("e", "act('e')", "empty_cache"),
     ]
 
-    def __init__(self, pid: int, poller: AgentPoller | None, snapshot: Snapshot,
-                 history: AgentHistory) -> None:
+    def __init__(
+        self, pid: int, poller: AgentPoller | None, snapshot: Snapshot, history: AgentHistory
+    ) -> None:
         """`poller` None: read-only (--readonly, a replay): the panel shows and never acts."""
         super().__init__()
         self.pid = pid
@@ -62,8 +63,11 @@ class AllocatorScreen(Modal[None]):
         self.previous: dict[int, AllocatorDevice] = {}
         self.recording = False
         self.armed: str | None = None  # the action key pressed once: a second press runs it
-        self.message = ("h: history on/off · s: dump a snapshot · e: empty_cache (press twice to confirm)"
-                        if poller is not None else READ_ONLY)
+        self.message = (
+            "h: history on/off · s: dump a snapshot · e: empty_cache (press twice to confirm)"
+            if poller is not None
+            else READ_ONLY
+        )
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -89,32 +93,45 @@ class AllocatorScreen(Modal[None]):
         grid.add_column()
         grid.add_row(Text(f"PyTorch allocator · pid {self.pid}", style="bold"), Text(""))
         if report is None:
-            grid.add_row("agent", Text("not answering (the process ended, or its agent stopped)",
-                                       style="red"))
+            grid.add_row(
+                "agent", Text("not answering (the process ended, or its agent stopped)", style="red")
+            )
             return grid
         if report.status == AGENT_UNREADABLE:
             grid.add_row("agent", Text(f"unreadable: {report.error}", style="red"))
             return grid
         if report.status == AGENT_SLOW:
             grid.add_row("agent", Text(f"{report.error}: below is its last answer", style="yellow"))
-        grid.add_row("torch / CUDA", Text(f"{report.torch or NA} / {report.cuda or NA}"
-                                          f"  backend {report.allocator_backend or NA}"))
+        grid.add_row(
+            "torch / CUDA",
+            Text(f"{report.torch or NA} / {report.cuda or NA}  backend {report.allocator_backend or NA}"),
+        )
         grid.add_row("ALLOC_CONF", Text(report.alloc_conf or "(unset)"))
         progress = report.progress
         if progress.steps_per_s is not None:
             share = progress.data_wait_share
-            grid.add_row("training", Text(f"{progress.steps_per_s:.2f} steps/s · "
-                                          f"{100 * share:.0f}% of step time waiting for data"
-                                          if share is not None else f"{progress.steps_per_s:.2f} steps/s"))
+            grid.add_row(
+                "training",
+                Text(
+                    f"{progress.steps_per_s:.2f} steps/s · {100 * share:.0f}% of step time waiting for data"
+                    if share is not None
+                    else f"{progress.steps_per_s:.2f} steps/s"
+                ),
+            )
         if not report.cuda_initialized:
             grid.add_row("CUDA", Text("not initialized in this process (yet)", style="dim"))
         nvml = sum(p.used_memory or 0 for p in self.snapshot.processes if p.pid == self.pid and p.kinds)
         for d in report.devices:
             self._device(grid, d, nvml if len(report.devices) == 1 else None)
         for event in report.oom_events[-3:]:
-            grid.add_row(Text("OOM", style="bold red"), Text(
-                f"device {event.device if event.device is not None else NA}: asked "
-                f"{fmt_bytes(event.requested)}, {fmt_bytes(event.free)} free", style="red"))
+            grid.add_row(
+                Text("OOM", style="bold red"),
+                Text(
+                    f"device {event.device if event.device is not None else NA}: asked "
+                    f"{fmt_bytes(event.requested)}, {fmt_bytes(event.free)} free",
+                    style="red",
+                ),
+            )
         grid.add_row("", Text(self.message, style="yellow" if self.armed else "dim"))
         return grid
 
@@ -122,21 +139,33 @@ class AllocatorScreen(Modal[None]):
         grid.add_row(Text(f"cuda:{d.index}", style="bold"), Text(""))
         points = self.history.points(self.pid, d.index)[-60:]
         scale = max([r for _, r in points] + [d.reserved_peak or 0]) or 1
-        for label, i, value, peak in (("allocated", 0, d.allocated, d.allocated_peak),
-                                      ("reserved", 1, d.reserved, d.reserved_peak)):
-            grid.add_row(label, Text(f"{_spark([p[i] for p in points], scale)}  {fmt_bytes(value)} "
-                                     f"(peak {fmt_bytes(peak)})"))
+        for label, i, value, peak in (
+            ("allocated", 0, d.allocated, d.allocated_peak),
+            ("reserved", 1, d.reserved, d.reserved_peak),
+        ):
+            grid.add_row(
+                label,
+                Text(f"{_spark([p[i] for p in points], scale)}  {fmt_bytes(value)} (peak {fmt_bytes(peak)})"),
+            )
         frag = d.fragmentation
-        grid.add_row("cached, unused", Text(
-            f"{fmt_bytes(d.reserved_unallocated)}"
-            f" · non-releasable {fmt_bytes(d.inactive_split)}"
-            f" · fragmentation {f'{frag:.0f}%' if frag is not None else NA}"
-            f" · largest free block {fmt_bytes(d.largest_free_block)}"))
+        grid.add_row(
+            "cached, unused",
+            Text(
+                f"{fmt_bytes(d.reserved_unallocated)}"
+                f" · non-releasable {fmt_bytes(d.inactive_split)}"
+                f" · fragmentation {f'{frag:.0f}%' if frag is not None else NA}"
+                f" · largest free block {fmt_bytes(d.largest_free_block)}"
+            ),
+        )
         counters = Text()
         before, first = self.previous.get(d.index), self.first.get(d.index)
-        for key, label in (("num_alloc_retries", "retries"), ("num_ooms", "OOMs"),
-                           ("num_device_alloc", "cudaMalloc"), ("num_device_free", "cudaFree"),
-                           ("num_sync_all_streams", "syncs")):
+        for key, label in (
+            ("num_alloc_retries", "retries"),
+            ("num_ooms", "OOMs"),
+            ("num_device_alloc", "cudaMalloc"),
+            ("num_device_free", "cudaFree"),
+            ("num_sync_all_streams", "syncs"),
+        ):
             value = getattr(d, key)
             grew = value is not None and value > (getattr(before, key, None) or 0)
             bad = key in ("num_alloc_retries", "num_ooms") and grew
@@ -146,12 +175,18 @@ class AllocatorScreen(Modal[None]):
                 counters.append(f" (+{since})", style="red")
             counters.append("  ")
         grid.add_row("counters", counters)
-        grid.add_row("segments", Text(f"{d.segments if d.segments is not None else NA}  "
-                                      f"{segment_map(list(d.segment_fill))}"))
+        grid.add_row(
+            "segments",
+            Text(f"{d.segments if d.segments is not None else NA}  {segment_map(list(d.segment_fill))}"),
+        )
         if nvml is not None and d.reserved is not None:
-            grid.add_row("outside torch", Text(
-                f"{fmt_bytes(max(0, nvml - d.reserved))} (NVML's {fmt_bytes(nvml)} for this process"
-                " minus reserved: CUDA context, NCCL, other libraries)"))
+            grid.add_row(
+                "outside torch",
+                Text(
+                    f"{fmt_bytes(max(0, nvml - d.reserved))} (NVML's {fmt_bytes(nvml)} for this process"
+                    " minus reserved: CUDA context, NCCL, other libraries)"
+                ),
+            )
 
     def action_act(self, key: str) -> None:
         if self.poller is None:  # nothing is ever sent: not to a live agent, nor to a recorded pid's

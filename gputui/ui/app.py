@@ -143,8 +143,15 @@ class GpuTuiApp(App[int]):
         ("q", "quit"),
     ]
 
-    def __init__(self, sampler: Sampler | ReplaySampler, interval: float = 1.0, mouse: bool = True,
-                 devices_dir: Path | None = None, readonly: bool = False, replay: bool = False) -> None:
+    def __init__(
+        self,
+        sampler: Sampler | ReplaySampler,
+        interval: float = 1.0,
+        mouse: bool = True,
+        devices_dir: Path | None = None,
+        readonly: bool = False,
+        replay: bool = False,
+    ) -> None:
         super().__init__()
         partial_updates.install()
         self.sampler = sampler
@@ -436,16 +443,22 @@ class GpuTuiApp(App[int]):
 
         # A replay's pids are the recorded machine's: what has that pid here now is another process.
         recorded_at = self.snapshot.time if self.replay and self.snapshot is not None else None
-        self.push_screen(DetailScreen(row, self.devices_dir, recorded_at=recorded_at,
-                                      stacks=not (self.readonly or self.replay)))
+        self.push_screen(
+            DetailScreen(
+                row, self.devices_dir, recorded_at=recorded_at, stacks=not (self.readonly or self.replay)
+            )
+        )
 
     def action_allocator(self) -> None:
         row = self.table.current
         if row is None or self.snapshot is None:
             return
         if row.pid not in self.snapshot.agents:
-            self.say(f"{row.pid} runs no gputui agent: start it with `gputui run -- python train.py` or "
-                     "`import gputui.agent; gputui.agent.start()`", "warning")
+            self.say(
+                f"{row.pid} runs no gputui agent: start it with `gputui run -- python train.py` or "
+                "`import gputui.agent; gputui.agent.start()`",
+                "warning",
+            )
             return
         # Read-only and replays act on no agent: the panel gets no poller to act with.
         poller = None
@@ -457,8 +470,11 @@ class GpuTuiApp(App[int]):
 
     def action_doctor(self) -> None:
         if self.replay:  # its checks read this machine's NVML and /proc, not the recorded one's
-            self.say("doctor: it examines the live machine, not a recording; run `gputui doctor` on the "
-                     "recorded machine", "warning")
+            self.say(
+                "doctor: it examines the live machine, not a recording; run `gputui doctor` on the "
+                "recorded machine",
+                "warning",
+            )
             return
         from gputui.ui.doctor_screen import DoctorScreen
 
@@ -492,8 +508,7 @@ class GpuTuiApp(App[int]):
         if self.snapshot is not None:
             from gputui.ui.events import EventsScreen
 
-            self.push_screen(EventsScreen(self.dips, self.history, self.snapshot,
-                                          self.panes.window))
+            self.push_screen(EventsScreen(self.dips, self.history, self.snapshot, self.panes.window))
 
     def action_zoom(self, step: int) -> None:
         panes = self.panes
@@ -565,8 +580,10 @@ class GpuTuiApp(App[int]):
         rows = [r for r in rows if r.process is not None]
         hidden = [r for r in rows if isinstance(r.process, ProcessRow) and not r.process.visible]
         if hidden:
-            self.say(f"{hidden[0].pid} is not visible in this PID namespace: it cannot be signalled "
-                     "from here", "warning")
+            self.say(
+                f"{hidden[0].pid} is not visible in this PID namespace: it cannot be signalled from here",
+                "warning",
+            )
         rows = [r for r in rows if r not in hidden]
         if not rows:
             return
@@ -578,9 +595,11 @@ class GpuTuiApp(App[int]):
             assert row.process is not None
             if row.process.state == "zombie":
                 parent = signals.target_for(row.process.ppid) if row.process.ppid else None
-                notes.append(f"{row.pid} is defunct: it has already exited and no signal can end it; "
-                             "only its parent can reap it." + (f" Its parent {parent.pid} is offered instead."
-                                                               if parent else " Its parent is gone."))
+                notes.append(
+                    f"{row.pid} is defunct: it has already exited and no signal can end it; "
+                    "only its parent can reap it."
+                    + (f" Its parent {parent.pid} is offered instead." if parent else " Its parent is gone.")
+                )
                 if parent is not None:
                     entries.setdefault(parent.pid, Entry(parent, "", "parent", "-"))
             else:
@@ -627,7 +646,8 @@ class GpuTuiApp(App[int]):
             for o in outcomes:
                 counts[o.result] = counts.get(o.result, 0) + 1
             text = f"{outcomes[0].signal} → {len(outcomes)} processes: " + ", ".join(
-                f"{n} {result}" for result, n in counts.items())
+                f"{n} {result}" for result, n in counts.items()
+            )
         if final and alive:
             text += " — press K to send SIGKILL"
         self.say(text, "warning" if bad else "information")
@@ -647,8 +667,8 @@ class GpuTuiApp(App[int]):
         yield SystemCommand("Zombies", "Only the suspicious processes, with reasons", self.action_zombies)
         yield SystemCommand("Events", "Utilization dips and per-GPU dip rates", self.action_events)
         yield SystemCommand("Doctor", "Why isn't my GPU being used?", self.action_doctor)
-        yield SystemCommand("Allocator", "PyTorch allocator of the highlighted process",
-                            self.action_allocator)
+        yield SystemCommand(
+            "Allocator", "PyTorch allocator of the highlighted process", self.action_allocator
+        )
         if not self.readonly:
             yield SystemCommand("Kill", "Signal the highlighted or tagged processes", self.action_kill)
-

@@ -39,8 +39,9 @@ _GAP = 6  # unchanged cells that split one dirty span into two
 # segment with any other character (an ellipsis, a warning sign) is split through Rich's 16,384-entry
 # cache of split results; a line whose numbers change every tick would add an entry per tick and grow
 # memory for hours (`make soak`). So those characters get segments of their own.
-_FAST = frozenset(map(chr, [*range(0x20, 0x7F), *range(0xA0, 0xAD), *range(0xAE, 0x300),
-                            *range(0x2500, 0x25FD)]))
+_FAST = frozenset(
+    map(chr, [*range(0x20, 0x7F), *range(0xA0, 0xAD), *range(0xAE, 0x300), *range(0x2500, 0x25FD)])
+)
 
 
 def _segments(text: str, style: Style) -> list[Segment]:
@@ -116,8 +117,9 @@ class CellCanvas(Widget):
         self._base = None
         super().notify_style_update()
 
-    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
-                recompose: bool = False) -> Self:
+    def refresh(
+        self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
+    ) -> Self:
         if repaint and not regions:  # a whole repaint: how Textual applies an inline style change
             self._base = None
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
@@ -141,9 +143,12 @@ class CellCanvas(Widget):
             self.refresh()
             return
         # An unchanged line is the common case: one comparison in C, not a loop over its cells.
-        regions = [Region(x0, y, x1 - x0, 1)
-                   for y, (old, line) in enumerate(zip(self._lines, new, strict=True)) if old != line
-                   for x0, x1 in changed_spans(old, line)]
+        regions = [
+            Region(x0, y, x1 - x0, 1)
+            for y, (old, line) in enumerate(zip(self._lines, new, strict=True))
+            if old != line
+            for x0, x1 in changed_spans(old, line)
+        ]
         self._lines = new
         if regions:
             self.refresh(*regions)

@@ -25,10 +25,14 @@ from gputui.units import printable
 
 def view_of(snap: Snapshot) -> SystemFacts:
     """What the app sees (NVML's, or the demo's simulated GPUs) as the doctor's process checks want it."""
-    gpus = tuple(GpuFact(g.index, g.name, g.uuid, g.pci_bus_id, g.minor, g.lost, g.mig_mode)
-                 for g in snap.gpus)
-    procs = tuple(GpuProcess(p.gpu, p.pid, p.kinds, p.used_memory) for p in snap.processes
-                  if p.kinds and p.gpu is not None)
+    gpus = tuple(
+        GpuFact(g.index, g.name, g.uuid, g.pci_bus_id, g.minor, g.lost, g.mig_mode) for g in snap.gpus
+    )
+    procs = tuple(
+        GpuProcess(p.gpu, p.pid, p.kinds, p.used_memory)
+        for p in snap.processes
+        if p.kinds and p.gpu is not None
+    )
     return SystemFacts(gpus=gpus, processes=procs)
 
 
@@ -39,8 +43,9 @@ class DoctorScreen(Modal[None]):
     DEFAULT_CSS = MODAL_CSS
     BINDINGS = [Binding("escape,q,D", "dismiss", "Close"), Binding("r", "again", "Again")]
 
-    def __init__(self, pid: int | None, history: History, snapshot: Snapshot | None,
-                 devices_dir: Path) -> None:
+    def __init__(
+        self, pid: int | None, history: History, snapshot: Snapshot | None, devices_dir: Path
+    ) -> None:
         super().__init__()
         self.pid = pid  # the process highlighted when the screen opened (never the cursor's now)
         self.history = history
@@ -53,8 +58,11 @@ class DoctorScreen(Modal[None]):
         about = f" and pid {self.pid}" if self.pid is not None else ""
         with VerticalScroll():
             yield Static(Text(f"gputui doctor: this machine{about}", style="bold"), markup=False)
-            yield Static(Text("examining … (asking PyTorch takes a few seconds)", style="dim"),
-                         id="doctor-body", markup=False)
+            yield Static(
+                Text("examining … (asking PyTorch takes a few seconds)", style="dim"),
+                id="doctor-body",
+                markup=False,
+            )
 
     def on_mount(self) -> None:
         self._run()
@@ -67,8 +75,9 @@ class DoctorScreen(Modal[None]):
     def _run(self) -> None:
         seen = (view_of(self.snapshot), self.devices_dir) if self.snapshot is not None else None
         try:
-            checks = diagnose(pid=self.pid, seen=seen,
-                              idle_s=lambda memory: idle_from_history(self.history, sorted(memory)))
+            checks = diagnose(
+                pid=self.pid, seen=seen, idle_s=lambda memory: idle_from_history(self.history, sorted(memory))
+            )
         except NoSuchProcess as err:  # it exited since: the machine's checks still help
             checks = diagnose()
             checks.append(report.warning("process", str(err), "it exited; pick another process"))
@@ -91,7 +100,10 @@ class DoctorScreen(Modal[None]):
             body = Text(printable(c.found))
             if c.fix:
                 body.append("\nfix: " + printable(c.fix), style="dim")
-            grid.add_row(Text(c.status.upper() if c.status != report.OK else "ok", style=STYLES[c.status]),
-                         Text(c.area), body)
+            grid.add_row(
+                Text(c.status.upper() if c.status != report.OK else "ok", style=STYLES[c.status]),
+                Text(c.area),
+                body,
+            )
         grid.add_row(Text(""), Text(""), Text(report.summary(checks), style="bold"))
         self.query_one("#doctor-body", Static).update(grid)

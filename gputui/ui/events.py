@@ -44,37 +44,60 @@ class EventsScreen(Modal[None]):
     def summary_table(self) -> Table:
         now = self.snapshot.time
         since = now - self.window
-        table = Table(title=f"last {int(self.window // 60)} min", title_justify="left", box=None,
-                      padding=(0, 2), header_style="bold")
+        table = Table(
+            title=f"last {int(self.window // 60)} min",
+            title_justify="left",
+            box=None,
+            padding=(0, 2),
+            header_style="bold",
+        )
         for name in ("GPU", "mean util", "dips", "dips/min", "mean dip"):
             table.add_column(name, justify="right")
         for g in self.snapshot.gpus:
             mean_util, covered = self.history.busy_seconds(g.index, since)
             s = self.dips.summary(g.index, now - covered if covered else since, now, 0.0)
-            table.add_row(str(g.index), f"{mean_util:.0f}%", str(s["dips"]), f"{s['dips_per_min']:.2f}",
-                          f"{s['mean_dip_s']:.1f} s" if s["mean_dip_s"] is not None else NA)
+            table.add_row(
+                str(g.index),
+                f"{mean_util:.0f}%",
+                str(s["dips"]),
+                f"{s['dips_per_min']:.2f}",
+                f"{s['mean_dip_s']:.1f} s" if s["mean_dip_s"] is not None else NA,
+            )
         return table
 
     def dips_table(self) -> Table:
         table = Table(box=None, padding=(0, 2), header_style="bold")
-        for name, justify in (("time", "left"), ("GPU", "right"), ("duration", "right"), ("depth", "right"),
-                              ("kind", "left"), ("why", "left")):
+        for name, justify in (
+            ("time", "left"),
+            ("GPU", "right"),
+            ("duration", "right"),
+            ("depth", "right"),
+            ("kind", "left"),
+            ("why", "left"),
+        ):
             table.add_column(name, justify=justify)  # type: ignore[arg-type]
         everything = [*self.dips.ongoing(self.snapshot.time), *reversed(self.dips.dips)]
         for d in everything[:SHOWN]:
             kind = d.kind + (" (now)" if d.ongoing else "")
             table.add_row(
-                time.strftime("%H:%M:%S", time.localtime(d.start)), str(d.gpu), f"{d.duration:.0f} s",
+                time.strftime("%H:%M:%S", time.localtime(d.start)),
+                str(d.gpu),
+                f"{d.duration:.0f} s",
                 f"-{d.depth:.0f} pts ({d.baseline:.0f}→{d.lowest:.0f}%)",
-                Text(kind, style="yellow" if d.kind == "long" else "red"), Text(d.explanation()))
+                Text(kind, style="yellow" if d.kind == "long" else "red"),
+                Text(d.explanation()),
+            )
         return table
 
     def render_events(self) -> Group:
         parts: list[Text | Table] = [
             Text("Utilization dips", style="bold"),
-            Text("Under half the recent busy median and 20+ points below it, for 2 s or more, with a process "
-                 "on the GPU. stall: shorter than 5 s (often the data loader); long: end of epoch, "
-                 "evaluation, checkpoint.", style="dim"),
+            Text(
+                "Under half the recent busy median and 20+ points below it, for 2 s or more, with a process "
+                "on the GPU. stall: shorter than 5 s (often the data loader); long: end of epoch, "
+                "evaluation, checkpoint.",
+                style="dim",
+            ),
             self.summary_table(),
             Text(""),
         ]

@@ -78,8 +78,10 @@ class Banner(CellCanvas):
         if view.error:
             line.add(" ⚠ " + view.error, p.error)
             if view.fetched_at is not None:
-                line.add(" · showing data from " + time.strftime("%H:%M:%S", time.localtime(view.fetched_at)),
-                         p.warning)
+                line.add(
+                    " · showing data from " + time.strftime("%H:%M:%S", time.localtime(view.fetched_at)),
+                    p.warning,
+                )
             if self.retry_at is not None and not view.refused:
                 line.add(f" · retry in {max(0, round(self.retry_at - time.monotonic()))} s", p.warning)
             return [line]
@@ -89,8 +91,11 @@ class Banner(CellCanvas):
             line.add(f" {len(stale)} host{'s' if len(stale) > 1 else ''} not scraped now: {names}", p.warning)
         elif not view.hosts:
             where = f" matching {{{self.selector}}}" if self.selector else ""
-            line.add(f" no DCGM_FI_DEV_GPU_UTIL series{where} in Prometheus: is gputui export or "
-                     "dcgm-exporter being scraped?", p.warning)
+            line.add(
+                f" no DCGM_FI_DEV_GPU_UTIL series{where} in Prometheus: is gputui export or "
+                "dcgm-exporter being scraped?",
+                p.warning,
+            )
         return [line]
 
 
@@ -119,8 +124,9 @@ class FleetApp(App[int]):
         ("q", "quit"),
     ]
 
-    def __init__(self, reader: FleetReader, interval: float = 5.0, sort: str = "busy",
-                 mouse: bool = True) -> None:
+    def __init__(
+        self, reader: FleetReader, interval: float = 5.0, sort: str = "busy", mouse: bool = True
+    ) -> None:
         super().__init__()
         partial_updates.install()
         self.reader = reader
@@ -252,4 +258,3 @@ class FleetApp(App[int]):
         self._stop.set()
         self._wake.set()
         self.reader.prometheus.close()
-

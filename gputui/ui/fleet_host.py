@@ -25,8 +25,12 @@ class HostView(CellCanvas, can_focus=True):
     """One host: its GPUs with utilization and memory over the window, its processes, zombies, agents."""
 
     DEFAULT_CSS = "HostView { height: 1fr; }"
-    BINDINGS = [Binding("up", "scroll(-1)", show=False), Binding("down", "scroll(1)", show=False),
-                Binding("pageup", "scroll(-10)", show=False), Binding("pagedown", "scroll(10)", show=False)]
+    BINDINGS = [
+        Binding("up", "scroll(-1)", show=False),
+        Binding("down", "scroll(1)", show=False),
+        Binding("pageup", "scroll(-10)", show=False),
+        Binding("pagedown", "scroll(10)", show=False),
+    ]
 
     def __init__(self, name: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -47,7 +51,7 @@ class HostView(CellCanvas, can_focus=True):
     def build(self, width: int) -> list[Line]:
         lines = self._content(width)
         self.first_line = min(self.first_line, max(0, len(lines) - self.size.height))
-        return lines[self.first_line:]
+        return lines[self.first_line :]
 
     def _content(self, width: int) -> list[Line]:
         p, host, view = self.palette, self.host, self.view
@@ -60,19 +64,29 @@ class HostView(CellCanvas, can_focus=True):
         title.add("  ").add(state_text(host, now), state_style)
         lines = [title, Line()]
         spark = max(8, min(60, (width - 68) // 2))  # two sparklines right of 67 columns of numbers
-        head = Line().add(f" {'GPU':>3} {'MODEL':<22} {'UTIL':>5} {'MEM':>13} {'TEMP':>5} {'POWER':>6} "
-                          f"{'DIPS':>4}  ", p.header)
-        lines.append(head.add(fit("UTIL " + window_label(view.end - view.start), spark + 1), p.header)
-                     .add("MEM", p.header))
+        head = Line().add(
+            f" {'GPU':>3} {'MODEL':<22} {'UTIL':>5} {'MEM':>13} {'TEMP':>5} {'POWER':>6} {'DIPS':>4}  ",
+            p.header,
+        )
+        lines.append(
+            head.add(fit("UTIL " + window_label(view.end - view.start), spark + 1), p.header).add(
+                "MEM", p.header
+            )
+        )
         util_style = p.util_style(True)
         for g in host.gpus:
             line = Line().add(f" {g.gpu:>3} ", p.plain).add(fit(g.model or NA, 22) + " ", p.dim)
             line.add(f"{NA if g.util is None else f'{g.util:.0f}%':>5} ", util_style(g.util))
-            mem = NA if g.mem_used is None or g.mem_total is None else \
-                f"{fmt_bytes(g.mem_used * MIB, 0)}/{fmt_bytes(g.mem_total * MIB, 0)}"
+            mem = (
+                NA
+                if g.mem_used is None or g.mem_total is None
+                else f"{fmt_bytes(g.mem_used * MIB, 0)}/{fmt_bytes(g.mem_total * MIB, 0)}"
+            )
             line.add(f"{mem:>13} ", p.mem_style(g.mem_percent))
-            line.add(f"{NA if g.temperature is None else f'{g.temperature:.0f}°C':>5} ",
-                     p.temp_style(g.temperature))
+            line.add(
+                f"{NA if g.temperature is None else f'{g.temperature:.0f}°C':>5} ",
+                p.temp_style(g.temperature),
+            )
             line.add(f"{NA if g.power is None else f'{g.power:.0f}W':>6} ", p.plain)
             line.add(f"{NA if g.dips is None else f'{g.dips:.0f}':>4}  ", p.warning if g.dips else p.plain)
             for v in compress(g.series, spark):
@@ -84,8 +98,13 @@ class HostView(CellCanvas, can_focus=True):
         lines.append(Line().add(f" {len(host.gpus)} GPUs · {mem_text(host)} used", p.dim))
         lines.append(Line())
         if not host.gputui:
-            lines.append(Line().add(" processes, zombies and dips: run `gputui export` on this host "
-                                    "(dcgm-exporter does not report them)", p.dim))
+            lines.append(
+                Line().add(
+                    " processes, zombies and dips: run `gputui export` on this host "
+                    "(dcgm-exporter does not report them)",
+                    p.dim,
+                )
+            )
             return lines
         lines.extend(self._zombies(host))
         lines.extend(self._processes(detail))
@@ -104,40 +123,55 @@ class HostView(CellCanvas, can_focus=True):
 
     def _processes(self, detail: HostDetail | None) -> list[Line]:
         p = self.palette
-        lines = [Line().add(f" {'GPU':>3} {'PID':>8} {'USER':<10} {'GPU MEM':>9} {'CLASS':<13} COMMAND",
-                            p.header)]
+        lines = [
+            Line().add(f" {'GPU':>3} {'PID':>8} {'USER':<10} {'GPU MEM':>9} {'CLASS':<13} COMMAND", p.header)
+        ]
         if detail is None:
             return [*lines, Line().add(" loading…", p.dim), Line()]
         if not detail.processes:
             return [*lines, Line().add(" no GPU processes", p.dim), Line()]
         for proc in detail.processes:
             style = p.plain if proc.category in ("ok", "worker") else p.error
-            lines.append(Line().add(f" {proc.gpu:>3} {proc.pid:>8} {fit(proc.user or NA, 10)} "
-                                    f"{fmt_bytes(proc.memory):>9} ", p.plain)
-                         .add(fit(proc.category, 13) + " ", style).add(proc.command, p.plain))
+            lines.append(
+                Line()
+                .add(
+                    f" {proc.gpu:>3} {proc.pid:>8} {fit(proc.user or NA, 10)} {fmt_bytes(proc.memory):>9} ",
+                    p.plain,
+                )
+                .add(fit(proc.category, 13) + " ", style)
+                .add(proc.command, p.plain)
+            )
         return [*lines, Line()]
 
     def _agents(self, detail: HostDetail | None) -> list[Line]:
         p = self.palette
         if detail is None or not detail.agents:
             return []
-        lines = [Line().add(f" {'PID':>8} {'CUDA':>4} {'ALLOCATED':>10} {'RESERVED':>10} {'FRAG':>5} "
-                            f"{'RETRIES':>7} {'OOMS':>4}  COMMAND  (torch allocator, from the gputui agent)",
-                            p.header)]
+        lines = [
+            Line().add(
+                f" {'PID':>8} {'CUDA':>4} {'ALLOCATED':>10} {'RESERVED':>10} {'FRAG':>5} "
+                f"{'RETRIES':>7} {'OOMS':>4}  COMMAND  (torch allocator, from the gputui agent)",
+                p.header,
+            )
+        ]
         for a in detail.agents:
             v = a.values
             frag = v.get("fragmentation_percent")
-            lines.append(Line().add(
-                f" {a.pid:>8} {a.cuda_device:>4} {fmt_bytes(v.get('allocated_bytes')):>10} "
-                f"{fmt_bytes(v.get('reserved_bytes')):>10} {NA if frag is None else f'{frag:.0f}%':>5} "
-                f"{v.get('alloc_retries_total', 0):>7.0f} {v.get('ooms_total', 0):>4.0f}  ", p.plain)
-                .add(a.command, p.dim))
+            lines.append(
+                Line()
+                .add(
+                    f" {a.pid:>8} {a.cuda_device:>4} {fmt_bytes(v.get('allocated_bytes')):>10} "
+                    f"{fmt_bytes(v.get('reserved_bytes')):>10} {NA if frag is None else f'{frag:.0f}%':>5} "
+                    f"{v.get('alloc_retries_total', 0):>7.0f} {v.get('ooms_total', 0):>4.0f}  ",
+                    p.plain,
+                )
+                .add(a.command, p.dim)
+            )
         return lines
 
 
 class HostScreen(Screen[None]):
-    BINDINGS = [Binding("escape,backspace,left", "dismiss", "Back"),
-                Binding("q", "app.quit", "Quit")]
+    BINDINGS = [Binding("escape,backspace,left", "dismiss", "Back"), Binding("q", "app.quit", "Quit")]
 
     def __init__(self, name: str, palette: Palette) -> None:
         super().__init__()

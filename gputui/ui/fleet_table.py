@@ -49,8 +49,9 @@ def compress(series: tuple[float | None, ...], cells: int) -> list[float | None]
     out: list[float | None] = []
     n = len(series)
     for c in range(cells):
-        part = [v for v in series[c * n // cells: max(c * n // cells + 1, (c + 1) * n // cells)]
-                if v is not None]
+        part = [
+            v for v in series[c * n // cells : max(c * n // cells + 1, (c + 1) * n // cells)] if v is not None
+        ]
         out.append(min(part) if part else None)
     for i, v in enumerate(out):
         if v is not None:
@@ -133,8 +134,14 @@ class FleetTable(CursorTable):
             (f"{host.busy_gpus}/{len(host.gpus)}", base),
             (NA if util is None else f"{util:.0f}%", p.dim if faded else p.util_style(True)(util)),
             (mem_text(host), p.dim if faded else p.mem_style(host.mem_percent)),
-            (NA if host.power is None else f"{host.power / 1000:.1f}kW" if host.power >= 1000
-             else f"{host.power:.0f}W", base),
+            (
+                NA
+                if host.power is None
+                else f"{host.power / 1000:.1f}kW"
+                if host.power >= 1000
+                else f"{host.power:.0f}W",
+                base,
+            ),
             (NA if host.dips is None else f"{host.dips:.0f}", p.warning if host.dips else base),
             (NA if zombies is None else str(zombies), p.error if zombies else base),
             (state_text(host, self.now), p.error if host.down else p.warning if faded else p.good),

@@ -17,8 +17,12 @@ from gputui.units import NA
 FULL_LINES = 3
 _LABEL = 8  # "    util" before a sparkline (its value is on the summary line: shown once, sent once)
 _REASONS = {
-    "sw_power_cap": "power cap", "hw_slowdown": "HW slowdown", "sw_thermal": "thermal",
-    "hw_thermal": "HW thermal", "hw_power_brake": "power brake", "sync_boost": "sync boost",
+    "sw_power_cap": "power cap",
+    "hw_slowdown": "HW slowdown",
+    "sw_thermal": "thermal",
+    "hw_thermal": "HW thermal",
+    "hw_power_brake": "power brake",
+    "sync_boost": "sync boost",
 }
 
 
@@ -29,12 +33,26 @@ class _Track:
     view: SparkView = field(default_factory=SparkView)
     _drawn: dict[str, tuple[tuple[object, ...], list[Cell]]] = field(default_factory=dict)
 
-    def cells(self, name: str, series: BucketSeries, start: int, width: int,
-              style_for: Callable[[float | None], Style], marked: frozenset[int] = frozenset(),
-              mark: Style | None = None) -> list[Cell]:
+    def cells(
+        self,
+        name: str,
+        series: BucketSeries,
+        start: int,
+        width: int,
+        style_for: Callable[[float | None], Style],
+        marked: frozenset[int] = frozenset(),
+        mark: Style | None = None,
+    ) -> list[Cell]:
         """The sparkline's cells, redrawn only when its newest bucket, view, style or dips changed."""
-        key = (series.buckets[-1] if series.buckets else None, len(series.buckets), start, width, style_for,
-               marked, mark)
+        key = (
+            series.buckets[-1] if series.buckets else None,
+            len(series.buckets),
+            start,
+            width,
+            style_for,
+            marked,
+            mark,
+        )
         drawn = self._drawn.get(name)
         if drawn is None or drawn[0] != key:
             cells = draw(Line(), series, start, width, style_for, marked, mark).cells
@@ -118,8 +136,9 @@ class GpuPanes(CellCanvas):
     def marked_buckets(self, gpu: int) -> frozenset[int]:
         """The util buckets a dip touches, for the sparkline markers."""
         b = self._bucket_s or 5.0
-        return frozenset(n for start, last in self.dips.get(gpu, ())
-                         for n in range(int(start // b), int(last // b) + 1))
+        return frozenset(
+            n for start, last in self.dips.get(gpu, ()) for n in range(int(start // b), int(last // b) + 1)
+        )
 
     def on_resize(self) -> None:
         bucket = bucket_seconds(self._spark_width(self.size.width), self.interval, self.window)
@@ -201,8 +220,11 @@ class GpuPanes(CellCanvas):
         style_for = p.util_style(self._busy(g))
         if track is not None:
             start = track.view.place(track.util.latest, spark_w)
-            line.cells.extend(track.cells("util", track.util, start, spark_w, style_for,
-                                          self.marked_buckets(g.index), p.dip))
+            line.cells.extend(
+                track.cells(
+                    "util", track.util, start, spark_w, style_for, self.marked_buckets(g.index), p.dip
+                )
+            )
         line.add(" ").add(_pct(g.util_gpu), style_for(g.util_gpu))
         line.add(" ").add(_mem(g, short=True), p.mem_style(g.mem_percent))
         line.add(" ").add(_num(g.temperature, "°C", 3), p.temp_style(g.temperature))
@@ -232,6 +254,3 @@ def _power(g: GpuSample) -> str:
         return f"{NA:>9}"
     limit = f"/{g.power_limit:.0f}" if g.power_limit is not None else ""
     return f"{g.power:>3.0f}{limit} W"
-
-
-

@@ -116,8 +116,9 @@ class DaemonThreads(ThreadPoolExecutor):
         pass  # never wait for a thread that may never come back
 
 
-def guard(on_signal: Callable[[int], None], cleanup: Callable[[], None] | None = None,
-          terminal: bool = True) -> None:
+def guard(
+    on_signal: Callable[[int], None], cleanup: Callable[[], None] | None = None, terminal: bool = True
+) -> None:
     """Call first thing on an app's event loop: SIGHUP, SIGTERM and SIGINT go to `on_signal` from the
     loop's first moment (before, cli.py's handler would raise SystemExit inside one of Textual's tasks,
     which prints a traceback), and, if `terminal`, a hang-up of the terminal becomes a SIGHUP. Thread

@@ -40,8 +40,12 @@ def entry_of(row: TableRow) -> Entry:
     p = row.process
     assert p is not None
     memory = fmt_bytes(p.used_memory) if isinstance(p, ProcessRow) and p.kinds else "-"
-    return Entry(Target(row.pid, row.create_time, printable(p.command or p.name or "")),
-                 printable(p.user or NA), getattr(p, "category", ""), memory)
+    return Entry(
+        Target(row.pid, row.create_time, printable(p.command or p.name or "")),
+        printable(p.user or NA),
+        getattr(p, "category", ""),
+        memory,
+    )
 
 
 def describe_entries(entries: list[Entry]) -> Table:
@@ -49,17 +53,25 @@ def describe_entries(entries: list[Entry]) -> Table:
     for name in ("PID", "USER", "CLASS", "GPU MEM", "COMMAND"):
         grid.add_column(name, no_wrap=True, overflow="ellipsis", max_width=60 if name == "COMMAND" else None)
     for e in entries:  # Text cells: never markup
-        grid.add_row(Text(str(e.target.pid)), Text(e.user), Text(e.category), Text(e.memory),
-                     Text(e.target.label or NA))
+        grid.add_row(
+            Text(str(e.target.pid)),
+            Text(e.user),
+            Text(e.category),
+            Text(e.memory),
+            Text(e.target.label or NA),
+        )
     return grid
 
 
 class KillScreen(Modal[KillRequest | None]):
-    DEFAULT_CSS = MODAL_CSS + """
+    DEFAULT_CSS = (
+        MODAL_CSS
+        + """
     KillScreen Horizontal { height: auto; margin-top: 1; }
     KillScreen Button { margin-right: 2; }
     KillScreen RadioSet, KillScreen Checkbox { width: auto; margin-top: 1; }
     """
+    )
     BINDINGS = [Binding("escape,n", "cancel", "Cancel"), Binding("y", "send", "Send")]
 
     def __init__(self, entries: list[Entry], note: str = "") -> None:
@@ -89,8 +101,9 @@ class KillScreen(Modal[KillRequest | None]):
     def _request(self) -> KillRequest:
         pressed = self.query_one(RadioSet).pressed_button
         signal = pressed.id if pressed is not None and pressed.id else "SIGTERM"
-        return KillRequest(tuple(e.target for e in self.entries), signal,
-                           self.query_one("#children", Checkbox).value)
+        return KillRequest(
+            tuple(e.target for e in self.entries), signal, self.query_one("#children", Checkbox).value
+        )
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

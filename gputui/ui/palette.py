@@ -42,9 +42,18 @@ class Palette:
 
     @classmethod
     def default(cls) -> Palette:
-        return cls(Style(), Style(dim=True), Style(bold=True), Style(color="green"), Style(color="yellow"),
-                   Style(color="red", bold=True), Style(color="blue"), Style(bold=True), Style(reverse=True),
-                   Style(bgcolor="red"))
+        return cls(
+            Style(),
+            Style(dim=True),
+            Style(bold=True),
+            Style(color="green"),
+            Style(color="yellow"),
+            Style(color="red", bold=True),
+            Style(color="blue"),
+            Style(bold=True),
+            Style(reverse=True),
+            Style(bgcolor="red"),
+        )
 
     def util_style(self, busy: bool) -> Callable[[float | None], Style]:
         """High utilization is good; low is a warning only while a process is on the GPU."""

@@ -47,8 +47,15 @@ COLUMNS: tuple[Column, ...] = (
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 BY_KEY = {c.key: c for c in COLUMNS}
 _BAD_STATES = {"zombie": "error", "disk-sleep": "warning", "stopped": "warning", "tracing-stop": "warning"}
-_CATEGORY_STYLES = {"defunct": "error", "orphan": "error", "stuck": "error", "unseen": "warning",
-                    "nvml-only": "warning", "no-permission": "dim", "worker": "dim"}
+_CATEGORY_STYLES = {
+    "defunct": "error",
+    "orphan": "error",
+    "stuck": "error",
+    "unseen": "warning",
+    "nvml-only": "warning",
+    "no-permission": "dim",
+    "worker": "dim",
+}
 
 
 @dataclass(frozen=True)
@@ -104,9 +111,13 @@ def _ordered(procs: list[Any], view: View) -> list[Any]:
 
 def build_rows(snap: Snapshot, view: View, styles: dict[str, Style] | None = None) -> list[TableRow]:
     styles = {**(styles or {}), "agents": frozenset(snap.agents)}  # type: ignore[dict-item]
-    procs = [p for p in snap.processes
-             if (view.gpu is None or p.gpu == view.gpu) and matches(p, view.filter)
-             and (not view.zombies or p.category in SUSPICIOUS)]
+    procs = [
+        p
+        for p in snap.processes
+        if (view.gpu is None or p.gpu == view.gpu)
+        and matches(p, view.filter)
+        and (not view.zombies or p.category in SUSPICIOUS)
+    ]
     if view.tree:
         rows = _tree_rows(procs, snap, view, styles)
     else:
@@ -137,8 +148,9 @@ def _unaccounted_rows(snap: Snapshot, view: View, styles: dict[str, Style]) -> l
     return rows
 
 
-def _tree_rows(procs: list[ProcessRow], snap: Snapshot, view: View,
-               styles: dict[str, Style]) -> list[TableRow]:
+def _tree_rows(
+    procs: list[ProcessRow], snap: Snapshot, view: View, styles: dict[str, Style]
+) -> list[TableRow]:
     """GPU processes with their parents above and their descendants below, as an indented forest."""
     nodes: list[ProcessRow | HostProcess] = [*procs, *_related(procs, snap.host_processes)]
     by_pid: dict[int, list[ProcessRow | HostProcess]] = {}
@@ -214,16 +226,22 @@ class _RowCache:
 _ROWS = _RowCache()
 
 
-def _row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style],
-         with_reason: bool = False) -> TableRow:
+def _row(
+    p: ProcessRow | HostProcess,
+    now: float,
+    tree_prefix: str,
+    styles: dict[str, Style],
+    with_reason: bool = False,
+) -> TableRow:
     """A table row, from the cache when nothing it shows has changed."""
     run = fmt_duration(now - p.create_time) if p.create_time else None
     key = (p, run, tree_prefix, with_reason, tuple(styles.items()))
     return _ROWS.get(key, lambda: _make_row(p, now, tree_prefix, styles, with_reason))
 
 
-def _make_row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style],
-              with_reason: bool) -> TableRow:
+def _make_row(
+    p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style], with_reason: bool
+) -> TableRow:
     on_gpu = isinstance(p, ProcessRow)
     dim = styles.get("dim", Style(dim=True))
     invisible = on_gpu and not p.visible
@@ -231,36 +249,57 @@ def _make_row(p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles:
 
     def cell(text: str, column: str, style: Style | str = "") -> Text:
         justify = BY_KEY[column].justify
-        return Text(text, style=dim if invisible else style, justify=justify, no_wrap=True,  # type: ignore[arg-type]
-                    overflow="ellipsis")
+        return Text(
+            text,
+            style=dim if invisible else style,
+            justify=justify,
+            no_wrap=True,  # type: ignore[arg-type]
+            overflow="ellipsis",
+        )
 
     if on_gpu:
         assert isinstance(p, ProcessRow)
         command = p.command if p.visible else "(not visible here: another PID namespace, or gone)"
         if p.kinds:  # in NVML's lists
-            nvml = (cell(p.kinds, "kinds"), cell(fmt_bytes(p.used_memory), "gpu_mem"),
-                    cell(_pct(p.sm_util), "sm"), cell(_pct(p.mem_util), "bw"))
+            nvml = (
+                cell(p.kinds, "kinds"),
+                cell(fmt_bytes(p.used_memory), "gpu_mem"),
+                cell(_pct(p.sm_util), "sm"),
+                cell(_pct(p.mem_util), "bw"),
+            )
         else:  # holds a device file only: NVML has nothing to say about it
             nvml = (cell("-", "kinds"), cell("-", "gpu_mem"), cell("-", "sm"), cell("-", "bw"))
         gpu_cells = (cell(str(p.gpu) if p.gpu is not None else "?", "gpu"), *nvml)
         category = cell(p.category, "category", styles.get(_CATEGORY_STYLES.get(p.category, ""), PLAIN))
     else:
         command = p.command
-        gpu_cells = (cell("-", "gpu", dim), cell("", "kinds"), cell("", "gpu_mem"), cell("", "sm"),
-                     cell("", "bw"))
+        gpu_cells = (
+            cell("-", "gpu", dim),
+            cell("", "kinds"),
+            cell("", "gpu_mem"),
+            cell("", "sm"),
+            cell("", "bw"),
+        )
         category = cell("", "category")
     run = now - p.create_time if p.create_time else None
     user = p.user or ("-" if invisible else NA)
     cells = (
         # ◆: the process runs the gputui agent (`a` opens its allocator panel).
-        gpu_cells[0], cell(("◆" if p.pid in styles.get("agents", ()) else "") + str(p.pid), "pid"),  # type: ignore[operator]
-        cell(user, "user"), *gpu_cells[1:],
+        gpu_cells[0],
+        cell(("◆" if p.pid in styles.get("agents", ()) else "") + str(p.pid), "pid"),  # type: ignore[operator]
+        cell(user, "user"),
+        *gpu_cells[1:],
         cell(f"{p.cpu_percent:.1f}" if p.cpu_percent is not None else NA, "cpu"),
-        cell(fmt_bytes(p.rss), "rss"), cell(fmt_duration(run), "time"), category,
+        cell(fmt_bytes(p.rss), "rss"),
+        cell(fmt_duration(run), "time"),
+        category,
         cell(p.state or NA, "state", state_style),
         # Text, never markup: a command line may contain "[/]" or escape sequences.
-        Text(tree_prefix + printable(_last_column(p, command, with_reason)),
-             style=dim if invisible or not on_gpu else "", no_wrap=True),
+        Text(
+            tree_prefix + printable(_last_column(p, command, with_reason)),
+            style=dim if invisible or not on_gpu else "",
+            no_wrap=True,
+        ),
     )
     return TableRow(row_key(p), p.pid, p.create_time, p, cells)
 
@@ -274,4 +313,3 @@ def _last_column(p: ProcessRow | HostProcess, command: str | None, with_reason: 
 
 def _pct(v: int | None) -> str:
     return f"{v}%" if v is not None else NA
-

@@ -92,8 +92,14 @@ class ProcessTable(CursorTable):
         built: dict[int, tuple[TableRow, tuple[object, ...], Line]] = {}
         for i in self.visible():
             row = self.rows[i]
-            how = (layout, i == self.cursor, row.key in self.tagged, focused, self.cursor_style,
-                   self.tag_style)
+            how = (
+                layout,
+                i == self.cursor,
+                row.key in self.tagged,
+                focused,
+                self.cursor_style,
+                self.tag_style,
+            )
             last = self._built.get(id(row))
             line = last[2] if last and last[0] is row and last[1] == how else self._line(row, *how)
             built[id(row)] = (row, how, line)
@@ -101,8 +107,16 @@ class ProcessTable(CursorTable):
         self._built = built
         return lines
 
-    def _line(self, row: TableRow, layout: list[tuple[int, int]], on_cursor: bool, tagged: bool,
-              focused: bool, cursor_style: Style, tag_style: Style) -> Line:
+    def _line(
+        self,
+        row: TableRow,
+        layout: list[tuple[int, int]],
+        on_cursor: bool,
+        tagged: bool,
+        focused: bool,
+        cursor_style: Style,
+        tag_style: Style,
+    ) -> Line:
         line = Line()
         for c, w in layout:
             cell, col = row.cells[c], COLUMNS[c]

@@ -67,8 +67,10 @@ class HelpScreen(Modal[None]):
         with VerticalScroll():
             yield Static(Text("gputui keys", style="bold"), markup=False)
             yield Static(table)
-            yield Static(Text("Ctrl+P opens the command palette (also: change theme).  Esc closes this.",
-                              style="dim"), markup=False)
+            yield Static(
+                Text("Ctrl+P opens the command palette (also: change theme).  Esc closes this.", style="dim"),
+                markup=False,
+            )
 
 
 class DetailScreen(Modal[None]):
@@ -81,8 +83,9 @@ class DetailScreen(Modal[None]):
     DEFAULT_CSS = MODAL_CSS
     BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
 
-    def __init__(self, row: TableRow, devices_dir: Path, recorded_at: float | None = None,
-                 stacks: bool = True) -> None:
+    def __init__(
+        self, row: TableRow, devices_dir: Path, recorded_at: float | None = None, stacks: bool = True
+    ) -> None:
         super().__init__()
         self.row = row
         self.devices_dir = devices_dir
@@ -110,9 +113,16 @@ class DetailScreen(Modal[None]):
         try:
             detail = describe(self.row.pid, self.row.create_time, self.devices_dir)
         except Exception as err:  # whatever /proc says, the detail is a message, never a crash
-            detail = ProcessDetail(pid=self.row.pid, command=None, cwd=None, cuda_visible_devices=None,
-                                   environ_readable=False, device_files=None, children=(),
-                                   error=f"cannot read it: {type(err).__name__}: {err}")
+            detail = ProcessDetail(
+                pid=self.row.pid,
+                command=None,
+                cwd=None,
+                cuda_visible_devices=None,
+                environ_readable=False,
+                device_files=None,
+                children=(),
+                error=f"cannot read it: {type(err).__name__}: {err}",
+            )
         self.app.call_from_thread(self._show, detail)
         p = self.row.process
         if detail.error is None and p is not None and is_python(p.name, detail.command or p.command):
@@ -198,8 +208,12 @@ def render_recorded(row: TableRow, recorded_at: float) -> Table:
     p = row.process
     grid = _Grid()
     add = grid.add
-    add("recording", f"as recorded at {_when(recorded_at) or NA}: this machine is not read for it "
-        f"(pid {row.pid} here may be another process now)", "yellow")
+    add(
+        "recording",
+        f"as recorded at {_when(recorded_at) or NA}: this machine is not read for it "
+        f"(pid {row.pid} here may be another process now)",
+        "yellow",
+    )
     add("command", p.command or p.name)
     add("user", p.user)
     if (gpu := _gpu_line(p)) is not None:

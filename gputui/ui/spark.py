@@ -81,9 +81,15 @@ class SparkView:
         return self.start
 
 
-def draw(line: Line, series: BucketSeries, start: int, width: int,
-         style_for: Callable[[float | None], Style], marked: frozenset[int] = frozenset(),
-         mark: Style | None = None) -> Line:
+def draw(
+    line: Line,
+    series: BucketSeries,
+    start: int,
+    width: int,
+    style_for: Callable[[float | None], Style],
+    marked: frozenset[int] = frozenset(),
+    mark: Style | None = None,
+) -> Line:
     """Cells for buckets start..start+width; buckets in `marked` (dips) drawn with `mark` on top."""
     values = dict(series.buckets) if series.buckets else {}
     cells = line.cells  # appended directly: glyphs need no Line.add() sanitizing, and this runs per cell

@@ -44,8 +44,14 @@ class Impostor:
     never a newline), "silent" (accepts, never answers).
     """
 
-    def __init__(self, directory: Path, reply: bytes = b"", behaviour: str = "reply",
-                 claim: int | None = None, uid: int = NOBODY) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        reply: bytes = b"",
+        behaviour: str = "reply",
+        claim: int | None = None,
+        uid: int = NOBODY,
+    ) -> None:
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:

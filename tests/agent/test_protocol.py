@@ -32,13 +32,16 @@ def test_encode_is_compact_and_stringifies_the_unserializable() -> None:
     assert json.loads(line) == {"v": VERSION, "op": "hello", "path": "/x/y"}
 
 
-@pytest.mark.parametrize("line", [
-    b'{"op":"hello"}',                 # no version
-    b'{"v":2,"op":"hello"}',           # a newer one
-    b'{"v":0,"op":"hello"}',
-    b'{"v":"1","op":"hello"}',         # the right number, as a string
-    b'{"v":null,"op":"hello"}',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"op":"hello"}',  # no version
+        b'{"v":2,"op":"hello"}',  # a newer one
+        b'{"v":0,"op":"hello"}',
+        b'{"v":"1","op":"hello"}',  # the right number, as a string
+        b'{"v":null,"op":"hello"}',
+    ],
+)
 def test_version_mismatch(line: bytes) -> None:
     with pytest.raises(ProtocolError, match="version"):
         decode(line)
@@ -50,13 +53,22 @@ def test_not_an_object(line: bytes) -> None:
         decode(line)
 
 
-@pytest.mark.parametrize("line", [
-    b"", b"   ", b"{", b'{"v":1,', b"{'v': 1}", b"garbage", b"\x00\x01\x02",
-    b"\xff\xfe\xfd",                   # invalid UTF-8
-    b'{"v":1,"op":"\xc3("}',           # invalid UTF-8 inside a string
-    b'{"v":1}{"v":1}',                 # two objects on one line
-    b'{"v":1,"n":' + b"9" * 5000 + b"}",  # an integer past Python's digit limit
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"",
+        b"   ",
+        b"{",
+        b'{"v":1,',
+        b"{'v': 1}",
+        b"garbage",
+        b"\x00\x01\x02",
+        b"\xff\xfe\xfd",  # invalid UTF-8
+        b'{"v":1,"op":"\xc3("}',  # invalid UTF-8 inside a string
+        b'{"v":1}{"v":1}',  # two objects on one line
+        b'{"v":1,"n":' + b"9" * 5000 + b"}",  # an integer past Python's digit limit
+    ],
+)
 def test_invalid_json(line: bytes) -> None:
     with pytest.raises(ProtocolError):
         decode(line)
@@ -88,8 +100,9 @@ def test_deeply_nested_json_is_a_protocol_error() -> None:
 # -- runtime_dir ----------------------------------------------------------------------------------
 
 
-def test_candidates_are_tmp_then_run_user_whatever_xdg_says(monkeypatch: pytest.MonkeyPatch,
-                                                              tmp_path: Path) -> None:
+def test_candidates_are_tmp_then_run_user_whatever_xdg_says(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The agent and the monitor must meet: neither follows XDG_RUNTIME_DIR, which one side may have set
     and the other not (sudo, systemd services, SLURM)."""
     for xdg in (str(tmp_path), ""):
@@ -158,13 +171,24 @@ def test_trusted_dir_wants_owner_and_no_group_or_world_write(tmp_path: Path) -> 
     assert not protocol.trusted_dir((tmp_path / "link").lstat(), os.getuid())
 
 
-@pytest.mark.parametrize(("name", "pid"), [
-    ("4242.sock", 4242), ("2.sock", 2),
-    ("1.sock", None), ("0.sock", None), ("007.sock", None),  # init, no pid, not how a pid is written
-    ("\u00b2.sock", None), ("\u0663\u0664.sock", None),  # '²' and Arabic-Indic digits: isdigit() true
-    ("12", None), ("12.sock.tmp", None), (".sock", None), ("-5.sock", None), (" 5.sock", None),
-    ("99999999999.sock", None),
-])
+@pytest.mark.parametrize(
+    ("name", "pid"),
+    [
+        ("4242.sock", 4242),
+        ("2.sock", 2),
+        ("1.sock", None),
+        ("0.sock", None),
+        ("007.sock", None),  # init, no pid, not how a pid is written
+        ("\u00b2.sock", None),
+        ("\u0663\u0664.sock", None),  # '²' and Arabic-Indic digits: isdigit() true
+        ("12", None),
+        ("12.sock.tmp", None),
+        (".sock", None),
+        ("-5.sock", None),
+        (" 5.sock", None),
+        ("99999999999.sock", None),
+    ],
+)
 def test_pid_of_a_socket_name(name: str, pid: int | None) -> None:
     assert protocol.pid_of(name) == pid
 

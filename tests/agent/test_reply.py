@@ -29,8 +29,11 @@ def test_round_trip_through_json_and_the_schema() -> None:
     """--json and recordings carry a report in the agent's own shape; the schema describes it and
     `parse` reads it back unchanged."""
     report = agent_reply.parse(PID, FIXTURE)
-    for r in (report, agent_reply.unreadable(PID, "bad reply: x"),
-              agent_reply.parse(PID, {**FIXTURE, "status": "slow", "error": "slow: no reply within 150 ms"})):
+    for r in (
+        report,
+        agent_reply.unreadable(PID, "bad reply: x"),
+        agent_reply.parse(PID, {**FIXTURE, "status": "slow", "error": "slow: no reply within 150 ms"}),
+    ):
         data = json.loads(json.dumps(agent_reply.to_dict(r)))
         jsonschema.validate(data, schema()["properties"]["agents"]["additionalProperties"])
         assert agent_reply.parse(PID, data) == r
@@ -44,7 +47,7 @@ def _mutations(value: Any, rng: random.Random) -> Any:
         return {**value, key: _mutations(value[key], rng)}
     if isinstance(value, list) and value and rng.random() < 0.8:
         i = rng.randrange(len(value))
-        return [*value[:i], _mutations(value[i], rng), *value[i + 1:]]
+        return [*value[:i], _mutations(value[i], rng), *value[i + 1 :]]
     return rng.choice(junk)
 
 

@@ -23,8 +23,13 @@ STARTUP_S = 45.0  # importing torch on a loaded CI machine
 
 
 def gputui_run(*command: str, env: dict[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "gputui", "run", *command], env=env, text=True,
-                            stdin=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
+    return subprocess.Popen(
+        [sys.executable, "-m", "gputui", "run", *command],
+        env=env,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        **kwargs,
+    )  # type: ignore[call-overload]
 
 
 @pytest.fixture
@@ -90,11 +95,13 @@ def test_run_chains_to_an_existing_sitecustomize(tmp_path: Path, procs: list[sub
     site = tmp_path / "site"
     site.mkdir()
     marker = tmp_path / "marker"
-    (site / "sitecustomize.py").write_text(textwrap.dedent("""
+    (site / "sitecustomize.py").write_text(
+        textwrap.dedent("""
         import os, sys
         with open(os.environ["MARKER"], "a") as f:
             f.write(f"ran agent={os.environ.get('GPUTUI_AGENT')} started={'gputui.agent' in sys.modules}\\n")
-    """))
+    """)
+    )
     script = textwrap.dedent("""
         import os
         import gputui.agent.server as s
@@ -104,8 +111,9 @@ def test_run_chains_to_an_existing_sitecustomize(tmp_path: Path, procs: list[sub
         print(agents.AgentPoller(a.path.parent).poll()[os.getpid()].ok)
     """)
     env = {**os.environ, "PYTHONPATH": str(site), "MARKER": str(marker)}
-    proc = gputui_run("--", sys.executable, "-c", script, env=env, stdout=subprocess.PIPE,
-                      stderr=subprocess.PIPE)
+    proc = gputui_run(
+        "--", sys.executable, "-c", script, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     procs.append(proc)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -131,8 +139,13 @@ def test_run_without_the_agent_variable_in_our_own_process() -> None:
 
 @pytest.mark.parametrize("args", [[], ["--"]])
 def test_run_without_a_command(args: list[str]) -> None:
-    proc = subprocess.run([sys.executable, "-m", "gputui", "run", *args], capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gputui", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert len(proc.stderr.splitlines()) == 1 and "no command" in proc.stderr, proc.stderr
@@ -141,8 +154,13 @@ def test_run_without_a_command(args: list[str]) -> None:
 def test_run_a_missing_command(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-command")
     for command in (missing, "gputui-no-such-command-xyz"):
-        proc = subprocess.run([sys.executable, "-m", "gputui", "run", "--", command, "--flag"],
-                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-m", "gputui", "run", "--", command, "--flag"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
         assert proc.returncode == 127
         assert proc.stdout == ""
         assert len(proc.stderr.splitlines()) == 1, proc.stderr
@@ -151,12 +169,28 @@ def test_run_a_missing_command(tmp_path: Path) -> None:
 
 
 def test_run_passes_the_exit_status_and_signals_through() -> None:
-    proc = subprocess.run([sys.executable, "-m", "gputui", "run", "--", sys.executable, "-c",
-                           "import sys; sys.exit(7)"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gputui", "run", "--", sys.executable, "-c", "import sys; sys.exit(7)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 7, proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "gputui", "run", "--", sys.executable, "-c",
-                           "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gputui",
+            "run",
+            "--",
+            sys.executable,
+            "-c",
+            "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == -signal.SIGTERM, proc.stderr
 
 

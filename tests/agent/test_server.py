@@ -72,7 +72,8 @@ def test_hello_and_stats(agent: Agent) -> None:
 def test_discover_and_poll(agent: Agent, tmp_path: Path) -> None:
     directory = tmp_path / "run"
     assert agents.discover(directory) == {
-        os.getpid(): agents.AgentSocket(os.getpid(), os.getuid(), agent.path)}
+        os.getpid(): agents.AgentSocket(os.getpid(), os.getuid(), agent.path)
+    }
     polled = agents.AgentPoller(directory).poll()
     assert list(polled) == [os.getpid()] and polled[os.getpid()].ok
     assert polled[os.getpid()].pid == os.getpid() and polled[os.getpid()].error == ""
@@ -115,24 +116,28 @@ def test_several_requests_on_one_connection(agent: Agent) -> None:
         # One request split over several writes.
         line = protocol.encode({"op": "hello"})
         for i in range(len(line)):
-            sock.sendall(line[i:i + 1])
+            sock.sendall(line[i : i + 1])
         assert next(replies)["ok"] is True
 
 
 # -- malformed input -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("payload", [
-    b"\x00\x01\x02garbage\xff\n",
-    b"\xff\xfe\xfa\xc3\x28\n",                          # invalid UTF-8
-    b"[1,2,3]\n",                                       # an array
-    b'"hello"\n',
-    b'{"v":2,"op":"hello"}\n',                          # wrong version
-    b'{"op":"hello"}\n',                                # no version
-    b"\n",                                              # an empty line
-    b"[" * 60_000 + b"\n",                              # nesting past the recursion limit
-    b'{"v":1,"op":"hello","n":' + b"9" * 10_000 + b"}\n",
-], ids=["garbage", "utf8", "array", "string", "version", "noversion", "empty", "nested", "bigint"])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\x00\x01\x02garbage\xff\n",
+        b"\xff\xfe\xfa\xc3\x28\n",  # invalid UTF-8
+        b"[1,2,3]\n",  # an array
+        b'"hello"\n',
+        b'{"v":2,"op":"hello"}\n',  # wrong version
+        b'{"op":"hello"}\n',  # no version
+        b"\n",  # an empty line
+        b"[" * 60_000 + b"\n",  # nesting past the recursion limit
+        b'{"v":1,"op":"hello","n":' + b"9" * 10_000 + b"}\n",
+    ],
+    ids=["garbage", "utf8", "array", "string", "version", "noversion", "empty", "nested", "bigint"],
+)
 def test_malformed_line_gets_an_error_reply(agent: Agent, payload: bytes) -> None:
     assert agent.path is not None
     replies = exchange(agent.path, payload)
@@ -503,9 +508,16 @@ def _fake_agent(directory: Path, reply: bytes) -> tuple[socket.socket, threading
     return listener, thread
 
 
-@pytest.mark.parametrize(("reply", "why"), [
-    (b"garbage\n", "not JSON"), (b'{"v":2,"ok":true}\n', "version"), (b"", "closed the connection"),
-    (b'{"v":1,"ok":false}\n', "the agent said: no reason"), (b"\xff\xfe\n", "not JSON")])
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        (b"garbage\n", "not JSON"),
+        (b'{"v":2,"ok":true}\n', "version"),
+        (b"", "closed the connection"),
+        (b'{"v":1,"ok":false}\n', "the agent said: no reason"),
+        (b"\xff\xfe\n", "not JSON"),
+    ],
+)
 def test_a_bad_reply_is_unreadable(tmp_path: Path, reply: bytes, why: str) -> None:
     listener, thread = _fake_agent(tmp_path / "run", reply)
     try:

@@ -43,10 +43,20 @@ def test_real_torch_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
         def fail(*args: Any, **kwargs: Any) -> Any:
             touched.append(name)
             raise AssertionError(f"the agent called torch.cuda.{name}")
+
         return fail
 
-    for name in ("init", "_lazy_init", "device_count", "memory_stats", "memory_snapshot",
-                 "get_allocator_backend", "synchronize", "empty_cache", "current_device"):
+    for name in (
+        "init",
+        "_lazy_init",
+        "device_count",
+        "memory_stats",
+        "memory_snapshot",
+        "get_allocator_backend",
+        "synchronize",
+        "empty_cache",
+        "current_device",
+    ):
         monkeypatch.setattr(torch.cuda, name, spy(name))
     out = TorchStats().collect()
     assert touched == []
@@ -123,8 +133,12 @@ SNAPSHOT = [
 class FakeTorch:
     """Just enough of `torch` for TorchStats, with every call counted."""
 
-    def __init__(self, stats: dict[int, dict[str, int]] | None = None, snapshot: Any = SNAPSHOT,
-                 initialized: bool = True) -> None:
+    def __init__(
+        self,
+        stats: dict[int, dict[str, int]] | None = None,
+        snapshot: Any = SNAPSHOT,
+        initialized: bool = True,
+    ) -> None:
         self.stats = {0: full_stats()} if stats is None else stats
         self.snapshot = snapshot
         self.initialized = initialized
@@ -163,12 +177,19 @@ class FakeTorch:
         def attach(observer: Callable[..., None]) -> None:
             self.observer = observer
 
-        cuda = types.SimpleNamespace(is_initialized=is_initialized, device_count=device_count,
-                                     memory_stats=memory_stats, memory_snapshot=memory_snapshot,
-                                     get_allocator_backend=get_allocator_backend)
-        return types.SimpleNamespace(__version__="9.9.9+fake", version=types.SimpleNamespace(cuda="12.8"),
-                                     cuda=cuda, _C=types.SimpleNamespace(
-                                         _cuda_attach_out_of_memory_observer=attach))
+        cuda = types.SimpleNamespace(
+            is_initialized=is_initialized,
+            device_count=device_count,
+            memory_stats=memory_stats,
+            memory_snapshot=memory_snapshot,
+            get_allocator_backend=get_allocator_backend,
+        )
+        return types.SimpleNamespace(
+            __version__="9.9.9+fake",
+            version=types.SimpleNamespace(cuda="12.8"),
+            cuda=cuda,
+            _C=types.SimpleNamespace(_cuda_attach_out_of_memory_observer=attach),
+        )
 
 
 @pytest.fixture
@@ -261,8 +282,17 @@ def test_missing_keys_are_absent(fake: FakeTorch) -> None:
     fake.stats = {0: {"reserved_bytes.all.current": 4 * GIB, "reserved_bytes.all.peak": 5 * GIB}}
     d = TorchStats().collect()["devices"][0]
     assert d["reserved"] == 4 * GIB and d["reserved_peak"] == 5 * GIB
-    for key in ("allocated", "allocated_peak", "active", "inactive_split", "num_alloc_retries", "num_ooms",
-                "num_device_alloc", "reserved_unallocated", "fragmentation"):
+    for key in (
+        "allocated",
+        "allocated_peak",
+        "active",
+        "inactive_split",
+        "num_alloc_retries",
+        "num_ooms",
+        "num_device_alloc",
+        "reserved_unallocated",
+        "fragmentation",
+    ):
         assert key not in d, key
     assert d["segments"] == 2  # the snapshot is still read
 
@@ -334,10 +364,16 @@ def test_fake_stats_through_the_agent(fake: FakeTorch, tmp_path: Any) -> None:
 
 
 def test_segments_summary_edge_cases() -> None:
-    assert segments_summary(None, 0) == {"segments": 0, "largest_free_block": 0, "free_in_segments": 0,
-                                         "segment_fill": []}
-    odd = [{"device": 0, "total_size": 0, "allocated_size": 0, "blocks": None},
-           {"total_size": None, "blocks": [{"state": "inactive", "size": None}]}]
+    assert segments_summary(None, 0) == {
+        "segments": 0,
+        "largest_free_block": 0,
+        "free_in_segments": 0,
+        "segment_fill": [],
+    }
+    odd = [
+        {"device": 0, "total_size": 0, "allocated_size": 0, "blocks": None},
+        {"total_size": None, "blocks": [{"state": "inactive", "size": None}]},
+    ]
     out = segments_summary(odd, 0)
     assert out["segments"] == 2 and out["segment_fill"] == [0.0, 0.0] and out["largest_free_block"] == 0
     many = [segment(0, [("active_allocated", 1), ("inactive", 1)]) for _ in range(600)]

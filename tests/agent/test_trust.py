@@ -31,9 +31,13 @@ ESCAPES = "\x1b]0;pwned\x07\x1b]52;c;cHduZWQ=\x07\x1b[2J\x9b31m"
 
 def stats(**allocator: object) -> bytes:
     """A stats reply as an agent would send it (no pid: the impostor's pid is known only after fork)."""
-    body = {"v": 1, "ok": True, "time": time.time(),
-            "allocator": {"torch": "2.13.0", "cuda_initialized": True, "devices": [], **allocator},
-            "progress": {"batches": 3}}
+    body = {
+        "v": 1,
+        "ok": True,
+        "time": time.time(),
+        "allocator": {"torch": "2.13.0", "cuda_initialized": True, "devices": [], **allocator},
+        "progress": {"batches": 3},
+    }
     return json.dumps(body).encode() + b"\n"
 
 
@@ -41,6 +45,7 @@ def stats(**allocator: object) -> bytes:
 def base(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """/tmp and /run/user of root and of nobody, played by directories of a shared base."""
     with shared_base() as path:
+
         def candidates(uid: int | None = None) -> tuple[Path, ...]:
             uid = os.getuid() if uid is None else uid
             return path / f"tmp-{uid}", path / f"run-{uid}"
@@ -152,8 +157,9 @@ def test_root_finds_agents_in_either_directory_of_each_user(base: Path) -> None:
 
 def test_escapes_in_a_reply_never_leave_the_boundary(base: Path) -> None:
     own = users_dir(base, f"tmp-{NOBODY}")
-    with Impostor(own, stats(torch=ESCAPES, cuda=ESCAPES, alloc_conf=ESCAPES, allocator_backend=ESCAPES)
-                  ) as impostor:
+    with Impostor(
+        own, stats(torch=ESCAPES, cuda=ESCAPES, alloc_conf=ESCAPES, allocator_backend=ESCAPES)
+    ) as impostor:
         report = AgentPoller().poll()[impostor.pid]
     assert report.ok
     for text in (report.torch, report.cuda, report.alloc_conf, report.allocator_backend):
@@ -161,21 +167,38 @@ def test_escapes_in_a_reply_never_leave_the_boundary(base: Path) -> None:
         assert "pwned" in text  # replaced characters, not dropped text: the user sees what was sent
 
 
-@pytest.mark.parametrize(("reply", "why"), [
-    (b'{"v":1,"ok":true,"allocator":{"devices":[{"index":0,"allocated":NaN}]}}\n',
-     "allocator.devices[0].allocated: not a whole number"),
-    (b'{"v":1,"ok":true,"progress":{"steps_per_s":Infinity}}\n', "progress.steps_per_s: not a finite"),
-    (b'{"v":1,"ok":true,"allocator":"oops"}\n', "allocator: not an object"),
-    (b'{"v":1,"ok":true,"allocator":{"devices":"oops"}}\n', "allocator.devices: not a list"),
-    (b'{"v":1,"ok":true,"progress":{"steps_per_s":"fast"}}\n', "progress.steps_per_s: not a number"),
-    (b'{"v":1,"ok":true,"allocator":{"devices":[{"index":-1}]}}\n', "index: out of range"),
-    (b'{"v":1,"ok":true,"allocator":{"devices":[{"allocated":1e300}]}}\n', "allocated: out of range"),
-    (b'{"v":1,"ok":true,"progress":{"data_wait_share":1.5}}\n', "data_wait_share: not a finite"),
-    (b'{"v":1,"ok":true,"pid":1}\n', "pid: says 1"),
-    (b"[" * 100_000 + b"\n", "not JSON"),
-    (b'{"v":1,"ok":true,"x":"' + b"a" * (2 << 20) + b'"}\n', "larger than"),
-], ids=["nan", "infinity", "allocator-string", "devices-string", "steps-string", "negative-index",
-        "huge", "share-over-1", "other-pid", "deep", "oversize"])
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        (
+            b'{"v":1,"ok":true,"allocator":{"devices":[{"index":0,"allocated":NaN}]}}\n',
+            "allocator.devices[0].allocated: not a whole number",
+        ),
+        (b'{"v":1,"ok":true,"progress":{"steps_per_s":Infinity}}\n', "progress.steps_per_s: not a finite"),
+        (b'{"v":1,"ok":true,"allocator":"oops"}\n', "allocator: not an object"),
+        (b'{"v":1,"ok":true,"allocator":{"devices":"oops"}}\n', "allocator.devices: not a list"),
+        (b'{"v":1,"ok":true,"progress":{"steps_per_s":"fast"}}\n', "progress.steps_per_s: not a number"),
+        (b'{"v":1,"ok":true,"allocator":{"devices":[{"index":-1}]}}\n', "index: out of range"),
+        (b'{"v":1,"ok":true,"allocator":{"devices":[{"allocated":1e300}]}}\n', "allocated: out of range"),
+        (b'{"v":1,"ok":true,"progress":{"data_wait_share":1.5}}\n', "data_wait_share: not a finite"),
+        (b'{"v":1,"ok":true,"pid":1}\n', "pid: says 1"),
+        (b"[" * 100_000 + b"\n", "not JSON"),
+        (b'{"v":1,"ok":true,"x":"' + b"a" * (2 << 20) + b'"}\n', "larger than"),
+    ],
+    ids=[
+        "nan",
+        "infinity",
+        "allocator-string",
+        "devices-string",
+        "steps-string",
+        "negative-index",
+        "huge",
+        "share-over-1",
+        "other-pid",
+        "deep",
+        "oversize",
+    ],
+)
 def test_a_bad_reply_makes_that_agent_unreadable(base: Path, reply: bytes, why: str) -> None:
     own = users_dir(base, f"tmp-{NOBODY}")
     with Impostor(own, reply) as impostor:
@@ -211,8 +234,10 @@ time.sleep(120)
 def test_eight_stopped_agents_cost_one_deadline(tmp_path: Path) -> None:
     """A debugger or SIGSTOP halts eight ranks: a tick waits 150 ms for all of them, not 0.5 s each."""
     directory = tmp_path / "run"
-    procs = [subprocess.Popen([sys.executable, "-c", AGENT, str(directory)], stdout=subprocess.PIPE)
-             for _ in range(8)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", AGENT, str(directory)], stdout=subprocess.PIPE)
+        for _ in range(8)
+    ]
     try:
         for p in procs:
             assert p.stdout is not None and p.stdout.readline() == b"up\n"
@@ -258,8 +283,9 @@ def test_start_never_raises_into_the_training_script(base: Path) -> None:
     """Another user pre-created both of the job's directories: the job runs on, warned once."""
     first = users_dir(base, "taken-tmp")
     second = users_dir(base, "taken-run")
-    done = subprocess.run([sys.executable, "-c", START, str(first), str(second)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", START, str(first), str(second)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "training goes on\n"
     (warning,) = done.stderr.splitlines()

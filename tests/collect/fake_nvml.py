@@ -301,8 +301,9 @@ class FakeNvml:
             g.pcie_tx_bytes += int(g.pcie_tx_rate * seconds)
             g.pcie_rx_bytes += int(g.pcie_rx_rate * seconds)
 
-    def fail(self, gpu: int | None, name: str, error: Any, *, arg: Any = ANY,
-             times: int | None = None) -> None:
+    def fail(
+        self, gpu: int | None, name: str, error: Any, *, arg: Any = ANY, times: int | None = None
+    ) -> None:
         """Make `name` (a pynvml function, or a process-list symbol with or without its version suffix)
         fail on GPU `gpu` (None: everywhere) with `error`: an NVML_ERROR_* code or an exception."""
         self._rules.append(_Rule(gpu, name, error, arg, times))
@@ -316,8 +317,9 @@ class FakeNvml:
             for version in range(proc_version + 1, 4):
                 self.missing_symbols.add(proc_symbol(kind, version))
 
-    def grow_between_calls(self, gpu: int, kind: str, add: int | Callable[[int], int],
-                           times: int | None = 1) -> None:
+    def grow_between_calls(
+        self, gpu: int, kind: str, add: int | Callable[[int], int], times: int | None = 1
+    ) -> None:
         """After each of the next `times` calls of a process list (None: every call), `add` new processes
         start (`add` may be a function of the list's length): a list that grows between the sizing call
         and the filling call."""
@@ -623,9 +625,12 @@ class FakeNvml:
         if not samples:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         self.lib_calls[gpu.index][name] += 1  # the binding's second call
-        return [pynvml.c_nvmlProcessUtilizationSample_t(pid=s.pid, timeStamp=s.timestamp, smUtil=s.sm,
-                                                        memUtil=s.mem, encUtil=s.enc, decUtil=s.dec)
-                for s in samples]
+        return [
+            pynvml.c_nvmlProcessUtilizationSample_t(
+                pid=s.pid, timeStamp=s.timestamp, smUtil=s.sm, memUtil=s.mem, encUtil=s.enc, decUtil=s.dec
+            )
+            for s in samples
+        ]
 
     def _nvmlGetFunctionPointer(self, name: str) -> Any:
         self.lookups[name] += 1

@@ -28,8 +28,16 @@ GPU0 = (CTL, UVM, "/dev/nvidia0")
 def facts(**kw: object) -> Facts:
     """A live, sleeping device holder that NVML does not list, whose parent (4121, python) is alive and not
     on a GPU; each test changes what it is about."""
-    base = Facts(visible=True, state="sleeping", on_nvml=False, devices=GPU0, ppid=4121,
-                 parent_name="python", parent_on_gpu=False, idle_s=None)
+    base = Facts(
+        visible=True,
+        state="sleeping",
+        on_nvml=False,
+        devices=GPU0,
+        ppid=4121,
+        parent_name="python",
+        parent_on_gpu=False,
+        idle_s=None,
+    )
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
@@ -66,11 +74,14 @@ def test_defunct() -> None:
     assert reason.startswith("defunct: its parent 4121 has not reaped it")
 
 
-@pytest.mark.parametrize(("state", "telling"), [
-    ("disk-sleep", "uninterruptible sleep (D)"),
-    ("stopped", "stopped (T)"),
-    ("tracing-stop", "stopped (T)"),
-])
+@pytest.mark.parametrize(
+    ("state", "telling"),
+    [
+        ("disk-sleep", "uninterruptible sleep (D)"),
+        ("stopped", "stopped (T)"),
+        ("tracing-stop", "stopped (T)"),
+    ],
+)
 def test_stuck(state: str, telling: str) -> None:
     category, reason = classify(nvml(state=state))
     assert category == STUCK
@@ -116,8 +127,18 @@ def test_unseen() -> None:
 
 
 def test_nvml_only() -> None:
-    category, reason = classify(Facts(visible=False, state=None, on_nvml=True, devices=None, ppid=None,
-                                      parent_name=None, parent_on_gpu=False, idle_s=None))
+    category, reason = classify(
+        Facts(
+            visible=False,
+            state=None,
+            on_nvml=True,
+            devices=None,
+            ppid=None,
+            parent_name=None,
+            parent_on_gpu=False,
+            idle_s=None,
+        )
+    )
     assert category == NVML_ONLY
     assert "in NVML's list but not visible here" in reason
     assert "another PID namespace" in reason
@@ -132,10 +153,18 @@ def test_no_permission() -> None:
 # -- the facts in the reason -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("idle_s", "note"), [
-    (None, None), (0.0, None), (59.9, None), (60.0, "0% CPU for 1 min"), (600.0, "0% CPU for 10 min"),
-    (659.0, "0% CPU for 10 min"), (7200.0, "0% CPU for 120 min"),
-])
+@pytest.mark.parametrize(
+    ("idle_s", "note"),
+    [
+        (None, None),
+        (0.0, None),
+        (59.9, None),
+        (60.0, "0% CPU for 1 min"),
+        (600.0, "0% CPU for 10 min"),
+        (659.0, "0% CPU for 10 min"),
+        (7200.0, "0% CPU for 120 min"),
+    ],
+)
 def test_idle_note(idle_s: float | None, note: str | None) -> None:
     _, reason = classify(facts(ppid=1, idle_s=idle_s))
     if note is None:
@@ -208,8 +237,16 @@ def test_a_process_holding_nothing_and_unlisted_is_not_suspicious() -> None:
 
 
 def test_invisible_wins_over_everything() -> None:
-    f = Facts(visible=False, state="zombie", on_nvml=True, devices=None, ppid=None, parent_name=None,
-              parent_on_gpu=False, idle_s=None)
+    f = Facts(
+        visible=False,
+        state="zombie",
+        on_nvml=True,
+        devices=None,
+        ppid=None,
+        parent_name=None,
+        parent_on_gpu=False,
+        idle_s=None,
+    )
     assert classify(f)[0] == NVML_ONLY
 
 

@@ -43,10 +43,6 @@ class FakeClock:
         return self.t
 
 
-
-
-
-
 def _assert_all_gone(procs: list[psutil.Process], timeout: float = 3.0) -> None:
     # Prefer "really gone" (reaped); a zombie left to init is accepted only once the wait is over.
     if _wait_until(lambda: all(_not_running(p) for p in procs), timeout):
@@ -78,7 +74,6 @@ def _fd_targets(pid: int) -> set[str]:
 
 def _expected_files(devices_dir: Path, gpu: int) -> set[str]:
     return {os.path.realpath(devices_dir / n) for n in ("nvidiactl", "nvidia-uvm", f"nvidia{gpu}")}
-
 
 
 def _gpu_of(proc: psutil.Process) -> int:
@@ -232,7 +227,8 @@ def test_every_process_holds_the_stand_in_device_files(opened: tuple[DemoSource,
     src, tree = opened
     assert src.devices_dir.is_dir() and src.devices_dir.name.startswith("gputui-demo-")
     assert sorted(p.name for p in src.devices_dir.iterdir()) == sorted(
-        ["nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm"])
+        ["nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm"]
+    )
     for gpu, trainer in enumerate(tree.trainers):
         expected = _expected_files(src.devices_dir, gpu)
         for proc in [trainer, *tree.workers[trainer.pid]]:
@@ -288,18 +284,24 @@ def test_gpu_count_out_of_range(gpus: int) -> None:
 # -- nothing outlives gputui -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("signum", "returncodes"), [
-    (signal.SIGTERM, {128 + signal.SIGTERM}),
-    (signal.SIGHUP, {128 + signal.SIGHUP}),  # a dropped SSH connection
-    (signal.SIGINT, {0, 130}),  # the full-screen UI may take it as a quit
-    (signal.SIGKILL, {-signal.SIGKILL}),  # a crash: no cleanup code runs at all
-], ids=["SIGTERM", "SIGHUP", "SIGINT", "SIGKILL"])
-def test_gputui_demo_leaves_nothing_behind(signum: int, returncodes: set[int], cleanup: list[object]
-                                           ) -> None:
+@pytest.mark.parametrize(
+    ("signum", "returncodes"),
+    [
+        (signal.SIGTERM, {128 + signal.SIGTERM}),
+        (signal.SIGHUP, {128 + signal.SIGHUP}),  # a dropped SSH connection
+        (signal.SIGINT, {0, 130}),  # the full-screen UI may take it as a quit
+        (signal.SIGKILL, {-signal.SIGKILL}),  # a crash: no cleanup code runs at all
+    ],
+    ids=["SIGTERM", "SIGHUP", "SIGINT", "SIGKILL"],
+)
+def test_gputui_demo_leaves_nothing_behind(signum: int, returncodes: set[int], cleanup: list[object]) -> None:
     # The live view (a plain refreshing table, or the full-screen UI) with its output thrown away.
     proc = subprocess.Popen(
         [sys.executable, "-m", "gputui", "--demo", "--demo-gpus", "2", "--interval", "0.2"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     tree = DemoTree()
     cleanup += [proc, tree]  # in this order: gputui first, then whatever it left
     _wait_for_tree(tree, psutil.Process(proc.pid), gpus=2)
@@ -324,7 +326,10 @@ def test_a_sigterm_while_gputui_starts_is_a_clean_exit(delay: float, cleanup: li
     starting, the first frame), gputui ends without a traceback and leaves no child behind."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "gputui", "--demo", "--demo-gpus", "2", "--interval", "0.2"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     cleanup.append(proc)
     time.sleep(delay)
     children: list[psutil.Process] = []
@@ -350,8 +355,9 @@ def sim(cleanup: list[object]) -> tuple[DemoSource, FakeClock]:
     return src, clock
 
 
-def _timeline(src: DemoSource, clock: FakeClock, start: float, stop: float, step: float
-              ) -> list[tuple[float, Reading]]:
+def _timeline(
+    src: DemoSource, clock: FakeClock, start: float, stop: float, step: float
+) -> list[tuple[float, Reading]]:
     out = []
     t = start
     while t <= stop:
@@ -373,8 +379,16 @@ def test_simulation_is_deterministic(cleanup: list[object]) -> None:
                 clock.t = 1000.0 + t
                 r = src.read(slow=t == 0.0)
                 # The PIDs are real and differ between runs; everything else is simulated.
-                out.append((r.gpus, tuple((p.gpu, p.kinds, p.used_memory, p.sm_util, p.mem_util,
-                                           p.pid == src.ghost_pid) for p in r.processes), r.errors))
+                out.append(
+                    (
+                        r.gpus,
+                        tuple(
+                            (p.gpu, p.kinds, p.used_memory, p.sm_util, p.mem_util, p.pid == src.ghost_pid)
+                            for p in r.processes
+                        ),
+                        r.errors,
+                    )
+                )
             return out
         finally:
             src.close()
@@ -456,17 +470,25 @@ def test_a_single_gpu_demo_has_no_ghost(cleanup: list[object]) -> None:
     assert [p.pid for p in r.processes] == [src.trainers[0].pid]
 
 
-@pytest.mark.parametrize(("args", "error"), [
-    (["--role", "trainer"], "--gpu N are required"),
-    (["--role", "janitor", "--gpu", "0"], "--role trainer|orphan-parent"),
-    (["--role", "trainer", "--gpu", "x"], "--gpu N are required"),
-    (["--role", "trainer", "--gpu", "0", "--verbose"], "unknown argument '--verbose'"),
-], ids=["no gpu", "bad role", "gpu not a number", "unknown flag"])
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--role", "trainer"], "--gpu N are required"),
+        (["--role", "janitor", "--gpu", "0"], "--role trainer|orphan-parent"),
+        (["--role", "trainer", "--gpu", "x"], "--gpu N are required"),
+        (["--role", "trainer", "--gpu", "0", "--verbose"], "unknown argument '--verbose'"),
+    ],
+    ids=["no gpu", "bad role", "gpu not a number", "unknown flag"],
+)
 def test_a_demo_child_with_bad_arguments_says_so_in_one_line(args: list[str], error: str) -> None:
     from gputui.collect import demo
 
-    run = subprocess.run([sys.executable, "-IS", str(demo._CHILD), *args], capture_output=True, text=True,
-                         timeout=10, env={**os.environ, "GPUTUI_DEMO_DEVICES": "/nonexistent",
-                                          "GPUTUI_DEMO_WATCH": "0"})
+    run = subprocess.run(
+        [sys.executable, "-IS", str(demo._CHILD), *args],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env={**os.environ, "GPUTUI_DEMO_DEVICES": "/nonexistent", "GPUTUI_DEMO_WATCH": "0"},
+    )
     assert run.returncode == 1
     assert error in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr

@@ -24,8 +24,15 @@ def pid_of(gpu: int) -> int:
 
 
 def row(gpu: int, pid: int | None = None, kinds: str = "C") -> ProcessRow:
-    return ProcessRow(gpu=gpu, pid=pid_of(gpu) if pid is None else pid, kinds=kinds, used_memory=None,
-                      sm_util=None, mem_util=None, visible=True)
+    return ProcessRow(
+        gpu=gpu,
+        pid=pid_of(gpu) if pid is None else pid,
+        kinds=kinds,
+        used_memory=None,
+        sm_util=None,
+        mem_util=None,
+        visible=True,
+    )
 
 
 def sample(index: int, util: Util) -> GpuSample:
@@ -35,15 +42,27 @@ def sample(index: int, util: Util) -> GpuSample:
     return GpuSample(index=index, util_gpu=None if util is None else round(util))
 
 
-def snap(t: float, utils: Sequence[Util], on: Iterable[int] | None = None,
-         procs: Sequence[ProcessRow] | None = None, agents: dict[int, AgentReport] | None = None
-         ) -> Snapshot:
+def snap(
+    t: float,
+    utils: Sequence[Util],
+    on: Iterable[int] | None = None,
+    procs: Sequence[ProcessRow] | None = None,
+    agents: dict[int, AgentReport] | None = None,
+) -> Snapshot:
     """GPUs 0..len(utils)-1 at time T0 + t; a job on each GPU in `on` (default: all of them)."""
     if procs is None:
         procs = [row(g) for g in (range(len(utils)) if on is None else on)]
-    return Snapshot(time=T0 + t, hostname="box", source="demo", driver_version=None, nvml_version=None,
-                    cuda_driver_version=None, gpus=tuple(sample(i, u) for i, u in enumerate(utils)),
-                    processes=tuple(procs), agents=agents or {})
+    return Snapshot(
+        time=T0 + t,
+        hostname="box",
+        source="demo",
+        driver_version=None,
+        nvml_version=None,
+        cuda_driver_version=None,
+        gpus=tuple(sample(i, u) for i, u in enumerate(utils)),
+        processes=tuple(procs),
+        agents=agents or {},
+    )
 
 
 def feed(det: DipDetector, snaps: Iterable[Snapshot]) -> list[Dip]:
@@ -96,14 +115,14 @@ def runs(times: Sequence[float], phases: Sequence[str]) -> list[tuple[float, flo
     return out
 
 
-def training_series(epochs: int, dt: float, seed: int = 7
-                    ) -> tuple[list[Snapshot], list[tuple[float, float, str]]]:
+def training_series(
+    epochs: int, dt: float, seed: int = 7
+) -> tuple[list[Snapshot], list[tuple[float, float, str]]]:
     rng = random.Random(seed)
     n = int((LEAD_S + epochs * EPOCH_S + 5) / dt)
     times = [k * dt for k in range(n)]
     values, phases = zip(*(training_util(t, rng) for t in times), strict=True)
-    return ([snap(t, [v]) for t, v in zip(times, values, strict=True)],
-            runs(times, phases))
+    return ([snap(t, [v]) for t, v in zip(times, values, strict=True)], runs(times, phases))
 
 
 @pytest.mark.parametrize("dt", [1.0, 0.5, 0.25])
@@ -149,11 +168,14 @@ def test_noisier_but_busy_is_never_a_dip() -> None:
     assert ended == []
 
 
-@pytest.mark.parametrize("procs", [
-    pytest.param([], id="no-process"),
-    pytest.param([row(0, kinds="")], id="device-holder-only"),  # holds /dev/nvidia0; not in NVML's lists
-    pytest.param([row(1)], id="job-on-another-gpu"),
-])
+@pytest.mark.parametrize(
+    "procs",
+    [
+        pytest.param([], id="no-process"),
+        pytest.param([row(0, kinds="")], id="device-holder-only"),  # holds /dev/nvidia0; not in NVML's lists
+        pytest.param([row(1)], id="job-on-another-gpu"),
+    ],
+)
 def test_a_gpu_without_a_job_never_dips_even_at_zero(procs: list[ProcessRow]) -> None:
     values = [*busy(120), *[0] * 60, *busy(60), *[3] * 10, *busy(30)]
     det = DipDetector()
@@ -174,12 +196,15 @@ def test_a_one_second_blip_is_not_a_dip() -> None:
     assert ended == [] and list(det.dips) == []
 
 
-@pytest.mark.parametrize(("dt", "low_samples", "is_dip"), [
-    (0.5, 3, False),  # 1.5 s
-    (0.5, 4, True),  # 2.0 s
-    (1.0, 1, False),
-    (1.0, 2, True),
-])
+@pytest.mark.parametrize(
+    ("dt", "low_samples", "is_dip"),
+    [
+        (0.5, 3, False),  # 1.5 s
+        (0.5, 4, True),  # 2.0 s
+        (1.0, 1, False),
+        (1.0, 2, True),
+    ],
+)
 def test_the_two_second_minimum(dt: float, low_samples: int, is_dip: bool) -> None:
     _, ended = single([*busy(40), *[10] * low_samples, *busy(10)], dt=dt)
     assert len(ended) == int(is_dip)
@@ -253,12 +278,15 @@ def test_baseline_is_the_median_of_the_recent_busy_samples() -> None:
     assert ended[0].baseline == 96
 
 
-@pytest.mark.parametrize(("level", "low", "is_dip"), [
-    (90, 45, False),  # not under half
-    (90, 44, True),
-    (30, 14, False),  # under half, but only 16 points below
-    (30, 10, True),  # 20 points below
-])
+@pytest.mark.parametrize(
+    ("level", "low", "is_dip"),
+    [
+        (90, 45, False),  # not under half
+        (90, 44, True),
+        (30, 14, False),  # under half, but only 16 points below
+        (30, 10, True),  # 20 points below
+    ],
+)
 def test_under_half_and_twenty_points_below(level: float, low: float, is_dip: bool) -> None:
     _, ended = single([*busy(30, level), *[low] * 5, *busy(10, level)])
     assert len(ended) == int(is_dip)
@@ -311,8 +339,11 @@ def test_a_low_wait_share_is_not_input_bound() -> None:
     assert dip_with_agent(0.2).explanation() == "not input-bound: 20% of step time waiting for data"
 
 
-@pytest.mark.parametrize(("share", "agent_gpu"), [(0.71, 1), (None, 0)],
-                         ids=["agent-on-another-gpu", "agent-without-dataloader-stats"])
+@pytest.mark.parametrize(
+    ("share", "agent_gpu"),
+    [(0.71, 1), (None, 0)],
+    ids=["agent-on-another-gpu", "agent-without-dataloader-stats"],
+)
 def test_no_explanation_without_a_wait_share_for_that_gpu(share: float | None, agent_gpu: int) -> None:
     dip = dip_with_agent(share, agent_gpu)
     assert dip.wait_share is None and dip.explanation() == ""
@@ -355,9 +386,17 @@ def test_summary_without_dips_and_of_another_gpu() -> None:
     det = DipDetector()
     feed(det, (snap(k, [95, v], on=(0, 1)) for k, v in enumerate([*busy(30), 10, 10, 10, *busy(27)])))
     assert det.summary(0, T0, T0 + 60, busy_s=60.0) == {
-        "dips": 0, "dips_per_min": 0.0, "mean_dip_s": None, "busy_percent": 100.0}
+        "dips": 0,
+        "dips_per_min": 0.0,
+        "mean_dip_s": None,
+        "busy_percent": 100.0,
+    }
     assert det.summary(1, T0, T0 + 60, busy_s=57.0) == {
-        "dips": 1, "dips_per_min": 1.0, "mean_dip_s": 3.0, "busy_percent": 95.0}
+        "dips": 1,
+        "dips_per_min": 1.0,
+        "mean_dip_s": 3.0,
+        "busy_percent": 95.0,
+    }
     assert det.summary(1, T0, T0, busy_s=0.0)["busy_percent"] is None
 
 
@@ -396,10 +435,30 @@ def test_the_demos_timeline_has_stalls_and_long_dips() -> None:
     det = DipDetector()
     for k, t in enumerate(times):
         reading = demo.reading_at(t, slow=k % 5 == 0, trainer_pids=pids)
-        procs = [ProcessRow(gpu=p.gpu, pid=p.pid, kinds=p.kinds, used_memory=p.used_memory,
-                            sm_util=p.sm_util, mem_util=p.mem_util, visible=True) for p in reading.processes]
-        det.add(Snapshot(time=T0 + t, hostname="box", source="demo", driver_version=None, nvml_version=None,
-                         cuda_driver_version=None, gpus=reading.gpus, processes=tuple(procs)))
+        procs = [
+            ProcessRow(
+                gpu=p.gpu,
+                pid=p.pid,
+                kinds=p.kinds,
+                used_memory=p.used_memory,
+                sm_util=p.sm_util,
+                mem_util=p.mem_util,
+                visible=True,
+            )
+            for p in reading.processes
+        ]
+        det.add(
+            Snapshot(
+                time=T0 + t,
+                hostname="box",
+                source="demo",
+                driver_version=None,
+                nvml_version=None,
+                cuda_driver_version=None,
+                gpus=reading.gpus,
+                processes=tuple(procs),
+            )
+        )
     found = list(det.dips)
     kinds = [d.kind for d in found]
     assert kinds.count("stall") >= 5 and kinds.count("long") >= 10, found
@@ -421,10 +480,20 @@ def test_a_new_job_learns_its_own_busy_level() -> None:
     from gputui.model import GpuSample, ProcessRow, Snapshot
 
     def snap(t: int, util: int, pid: int) -> Snapshot:
-        return Snapshot(time=T0 + t, hostname="h", source="demo", driver_version=None, nvml_version=None,
-                        cuda_driver_version=None, gpus=(GpuSample(index=0, util_gpu=util),),
-                        processes=(ProcessRow(gpu=0, pid=pid, kinds="C", used_memory=None, sm_util=None,
-                                              mem_util=None, visible=True),))
+        return Snapshot(
+            time=T0 + t,
+            hostname="h",
+            source="demo",
+            driver_version=None,
+            nvml_version=None,
+            cuda_driver_version=None,
+            gpus=(GpuSample(index=0, util_gpu=util),),
+            processes=(
+                ProcessRow(
+                    gpu=0, pid=pid, kinds="C", used_memory=None, sm_util=None, mem_util=None, visible=True
+                ),
+            ),
+        )
 
     det = DipDetector()
     ended = [d for t in range(60) for d in det.add(snap(t, 95, 1000))]

@@ -29,8 +29,17 @@ def as_nobody_with_hidepid(result: int) -> None:
     become(NOBODY)
     root_pid = os.getppid()
     rows, _ = ProcessJoiner().join([GpuProcess(gpu=0, pid=root_pid, kinds="C", used_memory=1 << 30)])
-    os.write(result, json.dumps({"hidepid": procfs.hidepid(), "category": rows[0].category,
-                                 "reason": rows[0].reason, "visible": rows[0].visible}).encode())
+    os.write(
+        result,
+        json.dumps(
+            {
+                "hidepid": procfs.hidepid(),
+                "category": rows[0].category,
+                "reason": rows[0].reason,
+                "visible": rows[0].visible,
+            }
+        ).encode(),
+    )
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to mount /proc and become another uid")
@@ -61,12 +70,19 @@ def test_another_users_process_under_hidepid_is_named_as_such() -> None:
     assert "container" not in out["reason"]
 
 
-@pytest.mark.parametrize(("options", "expected"), [
-    ("rw,relatime", None), ("rw,hidepid=0", None), ("rw,hidepid=off", None),
-    ("rw,relatime,hidepid=2", "hidepid=2"), ("rw,hidepid=invisible", "hidepid=invisible"),
-])
-def test_hidepid_from_the_mount_options(tmp_path: Path, options: str, expected: str | None,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ("rw,relatime", None),
+        ("rw,hidepid=0", None),
+        ("rw,hidepid=off", None),
+        ("rw,relatime,hidepid=2", "hidepid=2"),
+        ("rw,hidepid=invisible", "hidepid=invisible"),
+    ],
+)
+def test_hidepid_from_the_mount_options(
+    tmp_path: Path, options: str, expected: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mounts = tmp_path / "mounts"
     mounts.write_text(f"sysfs /sys sysfs rw 0 0\nproc /proc proc {options} 0 0\n")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
@@ -81,6 +97,14 @@ def test_hidepid_from_the_mount_options(tmp_path: Path, options: str, expected: 
 
 
 def test_without_hidepid_an_invisible_pid_is_still_a_container_or_gone() -> None:
-    facts = Facts(visible=False, state=None, on_nvml=True, devices=None, ppid=None, parent_name=None,
-                  parent_on_gpu=False, idle_s=None)
+    facts = Facts(
+        visible=False,
+        state=None,
+        on_nvml=True,
+        devices=None,
+        ppid=None,
+        parent_name=None,
+        parent_on_gpu=False,
+        idle_s=None,
+    )
     assert "container" in classify(facts)[1]

@@ -159,8 +159,13 @@ class Spawner:
         env = dict(os.environ)
         if drop:
             env["GPUTUI_TEST_DROP"] = "1"
-        p = subprocess.Popen([sys.executable, "-c", CHILD, *(str(self.devices / n) for n in names)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        p = subprocess.Popen(
+            [sys.executable, "-c", CHILD, *(str(self.devices / n) for n in names)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         child = Child(p)
         self.children.append(child)
         assert p.stdout is not None
@@ -246,8 +251,7 @@ def test_the_same_device_opened_twice_is_listed_once(devices: Path, spawn: Spawn
     assert holder.minors == (0,)
 
 
-def test_new_processes_are_picked_up_on_the_next_incremental_tick(devices: Path,
-                                                                   spawn: Spawner) -> None:
+def test_new_processes_are_picked_up_on_the_next_incremental_tick(devices: Path, spawn: Spawner) -> None:
     clock = Clock()
     scanner = HolderScanner(devices, rescan_s=5.0, monotonic=clock)
     first = scanner.scan()
@@ -262,8 +266,7 @@ def test_new_processes_are_picked_up_on_the_next_incremental_tick(devices: Path,
     assert child.pid in scanner.scan().holders  # and stays
 
 
-def test_a_holder_that_closes_its_device_disappears_on_the_next_tick(devices: Path,
-                                                                      spawn: Spawner) -> None:
+def test_a_holder_that_closes_its_device_disappears_on_the_next_tick(devices: Path, spawn: Spawner) -> None:
     clock = Clock()
     scanner = HolderScanner(devices, monotonic=clock)
     child = spawn("nvidiactl", "nvidia0")
@@ -285,7 +288,8 @@ def test_a_holder_that_closes_its_device_disappears_on_the_next_tick(devices: Pa
 
 
 def test_a_device_opened_after_the_first_look_is_found_at_the_next_full_rescan(
-        devices: Path, spawn: Spawner) -> None:
+    devices: Path, spawn: Spawner
+) -> None:
     clock = Clock()
     scanner = HolderScanner(devices, rescan_s=5.0, monotonic=clock)
     child = spawn()
@@ -334,8 +338,7 @@ def test_a_zombie_child_is_in_zombies(devices: Path, spawn: Spawner) -> None:
     assert parent.pid in scan.holders and parent.pid not in scan.zombies
 
 
-def test_zombies_are_found_incrementally_and_forgotten_when_reaped(devices: Path,
-                                                                   spawn: Spawner) -> None:
+def test_zombies_are_found_incrementally_and_forgotten_when_reaped(devices: Path, spawn: Spawner) -> None:
     clock = Clock()
     scanner = HolderScanner(devices, monotonic=clock)
     parent = spawn("nvidia0")
@@ -368,7 +371,8 @@ def _holder_turned_zombie(devices: Path, spawn: Spawner) -> tuple[HolderScanner,
 
 
 def test_a_holder_that_exits_unreaped_is_a_zombie_by_the_next_full_rescan(
-        devices: Path, spawn: Spawner) -> None:
+    devices: Path, spawn: Spawner
+) -> None:
     scanner, clock, worker = _holder_turned_zombie(devices, spawn)
     clock.t += 1.0
     scan = scanner.scan()
@@ -378,8 +382,7 @@ def test_a_holder_that_exits_unreaped_is_a_zombie_by_the_next_full_rescan(
     assert scan.full and worker in scan.zombies and worker not in scan.holders
 
 
-def test_a_holder_that_exits_unreaped_is_a_zombie_on_the_next_tick(
-        devices: Path, spawn: Spawner) -> None:
+def test_a_holder_that_exits_unreaped_is_a_zombie_on_the_next_tick(devices: Path, spawn: Spawner) -> None:
     scanner, clock, worker = _holder_turned_zombie(devices, spawn)
     clock.t += 1.0
     scan = scanner.scan()
@@ -389,12 +392,18 @@ def test_a_holder_that_exits_unreaped_is_a_zombie_on_the_next_tick(
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: drops privileges to user nobody")
 def test_a_scanner_without_privileges_reports_other_users_holders_as_unreadable(
-        devices: Path, spawn: Spawner) -> None:
+    devices: Path, spawn: Spawner
+) -> None:
     root_holder = spawn("nvidia0", "nvidiactl")
     nobody_holder = spawn("nvidia1", drop=True)
     assert psutil.Process(nobody_holder.pid).uids().real == NOBODY
-    out = subprocess.run([sys.executable, "-c", SCAN_AS_NOBODY, str(devices)], capture_output=True, text=True,
-                         timeout=30, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", SCAN_AS_NOBODY, str(devices)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     scan = json.loads(out.stdout)
     assert scan["full"] is True
@@ -405,8 +414,9 @@ def test_a_scanner_without_privileges_reports_other_users_holders_as_unreadable(
     assert 1 in scan["unreadable"]  # init is root's too
 
 
-def test_a_relative_devices_dir_finds_holders(devices: Path, spawn: Spawner,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_relative_devices_dir_finds_holders(
+    devices: Path, spawn: Spawner, monkeypatch: pytest.MonkeyPatch
+) -> None:
     child = spawn("nvidia0")
     monkeypatch.chdir(devices.parent)
     scan = HolderScanner(Path(devices.name)).scan()
@@ -414,8 +424,7 @@ def test_a_relative_devices_dir_finds_holders(devices: Path, spawn: Spawner,
     assert scan.holders[child.pid].minors == (0,)
 
 
-def test_a_devices_dir_behind_a_symlink_finds_holders(devices: Path, spawn: Spawner,
-                                                      tmp_path: Path) -> None:
+def test_a_devices_dir_behind_a_symlink_finds_holders(devices: Path, spawn: Spawner, tmp_path: Path) -> None:
     child = spawn("nvidia2")
     link = tmp_path / "dev"
     link.symlink_to(devices, target_is_directory=True)
@@ -558,8 +567,9 @@ def test_fake_proc_a_device_appearing_later_is_found_at_the_next_rescan(tmp_path
     assert scan.full and set(scan.holders) == {301}
 
 
-def test_fake_proc_a_reused_descriptor_number_is_found_by_the_deep_rescan(fake: tuple[FakeProc, Path]
-                                                                           ) -> None:
+def test_fake_proc_a_reused_descriptor_number_is_found_by_the_deep_rescan(
+    fake: tuple[FakeProc, Path],
+) -> None:
     proc, dev = fake
     clock = Clock()
     scanner = HolderScanner(dev, rescan_s=5.0, deep_every=2, proc=str(proc.root), monotonic=clock)

@@ -22,8 +22,9 @@ def hostile(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     cwd = tmp_path / "dir\x1b[31m"
     cwd.mkdir()
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0\x1b]52;c;cHduZWQ=\x07"}
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", HOSTILE, b"x" * 10_000],
-                            cwd=cwd, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", HOSTILE, b"x" * 10_000], cwd=cwd, env=env
+    )
     time.sleep(0.2)
     try:
         yield proc

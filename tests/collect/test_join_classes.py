@@ -33,8 +33,10 @@ REPO = Path(gputui.__file__).resolve().parents[1]
 GPUS = 3
 WORKERS = 2
 # Opens the files named on its command line and keeps them open until its stdin closes.
-HOLDER = ("import os, sys; fds = [os.open(p, os.O_RDONLY) for p in sys.argv[1:]]; "
-          "print('ready', flush=True); sys.stdin.read()")
+HOLDER = (
+    "import os, sys; fds = [os.open(p, os.O_RDONLY) for p in sys.argv[1:]]; "
+    "print('ready', flush=True); sys.stdin.read()"
+)
 StartHolder = Callable[..., subprocess.Popen[str]]
 
 
@@ -103,8 +105,12 @@ def holders(demo: Demo) -> Iterator[StartHolder]:
     children: list[subprocess.Popen[str]] = []
 
     def start(*names: str) -> subprocess.Popen[str]:
-        p = subprocess.Popen([sys.executable, "-c", HOLDER, *(demo.path(n) for n in names)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, *(demo.path(n) for n in names)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         children.append(p)
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
         return p
@@ -269,8 +275,14 @@ def test_a_stopped_holder_is_stuck(demo: Demo, holders: StartHolder) -> None:
 
 
 def test_gputui_demo_json_has_the_classes_and_follows_the_schema() -> None:
-    out = subprocess.run([sys.executable, "-m", "gputui", "--demo", "--json"], capture_output=True, text=True,
-                         timeout=60, cwd=REPO, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        [sys.executable, "-m", "gputui", "--demo", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     jsonschema.Draft202012Validator(schema()).validate(data)

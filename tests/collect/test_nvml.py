@@ -32,8 +32,10 @@ E_UNKNOWN = pynvml.NVML_ERROR_UNKNOWN
 E_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
 SKIP_FOREVER = (E_NOT_SUPPORTED, E_FUNCTION_NOT_FOUND)
 ALL_ERRORS = pytest.mark.parametrize(
-    "error", [E_NOT_SUPPORTED, E_NO_PERMISSION, E_FUNCTION_NOT_FOUND, E_UNKNOWN],
-    ids=["NotSupported", "NoPermission", "FunctionNotFound", "Unknown"])
+    "error",
+    [E_NOT_SUPPORTED, E_NO_PERMISSION, E_FUNCTION_NOT_FOUND, E_UNKNOWN],
+    ids=["NotSupported", "NoPermission", "FunctionNotFound", "Unknown"],
+)
 
 F_POWER = pynvml.NVML_FI_DEV_POWER_INSTANT
 F_LIMIT = pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT
@@ -124,7 +126,10 @@ def test_open_reports_versions_and_close_shuts_nvml_down(fake: FakeNvml) -> None
     src = NvmlSource()
     info = src.open()
     assert (info.driver_version, info.nvml_version, info.cuda_driver_version) == (
-        "550.54.15", "12.550.54.15", "12.4")
+        "550.54.15",
+        "12.550.54.15",
+        "12.4",
+    )
     assert fake.initialized == 1
     src.close()
     src.close()  # twice is harmless
@@ -140,8 +145,9 @@ def test_open_with_bytes_from_an_old_binding(fake: FakeNvml, make_source: Any) -
     assert sample.uuid == fake.gpus[0].uuid
 
 
-@pytest.mark.parametrize(("raw", "text"),
-                         [(12040, "12.4"), (11080, "11.8"), (12000, "12.0"), (13010, "13.1")])
+@pytest.mark.parametrize(
+    ("raw", "text"), [(12040, "12.4"), (11080, "11.8"), (12000, "12.0"), (13010, "13.1")]
+)
 def test_cuda_driver_version_format(fake: FakeNvml, raw: int, text: str) -> None:
     fake.cuda_version = raw
     src = NvmlSource()
@@ -160,16 +166,21 @@ def test_system_queries_failing_give_none(fake: FakeNvml, make_source: Any) -> N
     src.close()
 
 
-@pytest.mark.parametrize(("error", "words"), [
-    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, ("driver not found", "libnvidia-ml")),
-    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, ("not loaded",)),
-    (pynvml.NVML_ERROR_NO_PERMISSION, ("permission",)),
-    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, ("versions differ",)),
-    (pynvml.NVML_ERROR_UNKNOWN, ("NVML failed to start", "Unknown Error")),
-    (OSError("libnvidia-ml.so.1: invalid ELF header"), ("could not be loaded", "invalid ELF header")),
-], ids=["LibraryNotFound", "DriverNotLoaded", "NoPermission", "LibRmVersionMismatch", "Unknown", "OSError"])
-def test_init_failure_is_source_unavailable_with_one_line(fake: FakeNvml, error: Any,
-                                                          words: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, ("driver not found", "libnvidia-ml")),
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, ("not loaded",)),
+        (pynvml.NVML_ERROR_NO_PERMISSION, ("permission",)),
+        (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, ("versions differ",)),
+        (pynvml.NVML_ERROR_UNKNOWN, ("NVML failed to start", "Unknown Error")),
+        (OSError("libnvidia-ml.so.1: invalid ELF header"), ("could not be loaded", "invalid ELF header")),
+    ],
+    ids=["LibraryNotFound", "DriverNotLoaded", "NoPermission", "LibRmVersionMismatch", "Unknown", "OSError"],
+)
+def test_init_failure_is_source_unavailable_with_one_line(
+    fake: FakeNvml, error: Any, words: tuple[str, ...]
+) -> None:
     fake.init_error = error
     src = NvmlSource()
     with pytest.raises(SourceUnavailable) as excinfo:
@@ -201,19 +212,34 @@ def expected_sample(fake: FakeNvml, index: int, **changes: Any) -> GpuSample:
     g = fake.gpus[index]
     names = {0x001: "gpu_idle", 0x004: "sw_power_cap", 0x008: "hw_slowdown", 0x040: "hw_thermal"}
     sample = GpuSample(
-        index=index, name=g.name, uuid=g.uuid, pci_bus_id=g.pci_bus_id, minor=g.minor,
-        util_gpu=g.util_gpu, util_mem=g.util_mem,
-        mem_total=g.mem_total, mem_used=g.mem_used, mem_reserved=g.mem_reserved,
+        index=index,
+        name=g.name,
+        uuid=g.uuid,
+        pci_bus_id=g.pci_bus_id,
+        minor=g.minor,
+        util_gpu=g.util_gpu,
+        util_mem=g.util_mem,
+        mem_total=g.mem_total,
+        mem_used=g.mem_used,
+        mem_reserved=g.mem_reserved,
         temperature=g.temperature,
-        power=g.power_mw / 1000, power_limit=g.power_limit_mw / 1000,
+        power=g.power_mw / 1000,
+        power_limit=g.power_limit_mw / 1000,
         energy=g.energy_mj / 1000,  # mJ -> J
-        fan=g.fan, sm_clock=g.sm_clock, sm_clock_max=g.sm_clock_max, mem_clock=g.mem_clock,
-        mem_clock_max=g.mem_clock_max, pstate=g.pstate,
+        fan=g.fan,
+        sm_clock=g.sm_clock,
+        sm_clock_max=g.sm_clock_max,
+        mem_clock=g.mem_clock,
+        mem_clock_max=g.mem_clock_max,
+        pstate=g.pstate,
         throttle_reasons=tuple(name for bit, name in sorted(names.items()) if g.clock_reasons & bit),
-        enc_util=g.enc, dec_util=g.dec,
-        pcie_tx=float(g.pcie_tx_rate), pcie_rx=float(g.pcie_rx_rate),  # counters over one second
+        enc_util=g.enc,
+        dec_util=g.dec,
+        pcie_tx=float(g.pcie_tx_rate),
+        pcie_rx=float(g.pcie_rx_rate),  # counters over one second
         compute_mode={0: "Default", 3: "Exclusive_Process"}[g.compute_mode],
-        persistence_mode=bool(g.persistence), mig_mode=bool(g.mig[0]),
+        persistence_mode=bool(g.persistence),
+        mig_mode=bool(g.mig[0]),
     )
     return dataclasses.replace(sample, **changes)
 
@@ -245,22 +271,39 @@ def test_every_field_is_read_and_converted(fake: FakeNvml, source: NvmlSource) -
     assert not g0.lost and not g1.lost
 
 
-@pytest.mark.parametrize(("mask", "names"), [
-    (0, ()),
-    (0x001, ("gpu_idle",)),
-    (0x1FF, ("gpu_idle", "applications_clocks", "sw_power_cap", "hw_slowdown", "sync_boost",
-             "sw_thermal", "hw_thermal", "hw_power_brake", "display_clocks")),
-    (0x080 | 0x020, ("sw_thermal", "hw_power_brake")),
-    (0x100 | 0x4000_0000_0000, ("display_clocks",)),  # unknown bits are ignored
-])
-def test_clock_event_reasons_decoded_from_the_bitmask(fake: FakeNvml, source: NvmlSource, mask: int,
-                                                      names: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("mask", "names"),
+    [
+        (0, ()),
+        (0x001, ("gpu_idle",)),
+        (
+            0x1FF,
+            (
+                "gpu_idle",
+                "applications_clocks",
+                "sw_power_cap",
+                "hw_slowdown",
+                "sync_boost",
+                "sw_thermal",
+                "hw_thermal",
+                "hw_power_brake",
+                "display_clocks",
+            ),
+        ),
+        (0x080 | 0x020, ("sw_thermal", "hw_power_brake")),
+        (0x100 | 0x4000_0000_0000, ("display_clocks",)),  # unknown bits are ignored
+    ],
+)
+def test_clock_event_reasons_decoded_from_the_bitmask(
+    fake: FakeNvml, source: NvmlSource, mask: int, names: tuple[str, ...]
+) -> None:
     fake.gpus[0].clock_reasons = mask
     assert tick(source, fake).gpus[0].throttle_reasons == names
 
 
-def test_clock_event_reasons_fall_back_to_throttle_reasons_on_old_drivers(fake: FakeNvml,
-                                                                          make_source: Any) -> None:
+def test_clock_event_reasons_fall_back_to_throttle_reasons_on_old_drivers(
+    fake: FakeNvml, make_source: Any
+) -> None:
     fake.missing_symbols.add("nvmlDeviceGetCurrentClocksEventReasons")
     src = make_source()
     for _ in range(3):
@@ -281,33 +324,45 @@ def test_clock_reasons_none_when_both_calls_fail(fake: FakeNvml, source: NvmlSou
     assert calls(fake, 0, "nvmlDeviceGetCurrentClocksThrottleReasons") == expected
 
 
-@pytest.mark.parametrize(("mode", "name"), [
-    (0, "Default"), (1, "Exclusive_Thread"), (2, "Prohibited"), (3, "Exclusive_Process"), (7, "7")])
+@pytest.mark.parametrize(
+    ("mode", "name"),
+    [(0, "Default"), (1, "Exclusive_Thread"), (2, "Prohibited"), (3, "Exclusive_Process"), (7, "7")],
+)
 def test_compute_mode_names(fake: FakeNvml, source: NvmlSource, mode: int, name: str) -> None:
     fake.gpus[0].compute_mode = mode
     assert tick(source, fake).gpus[0].compute_mode == name
 
 
-@pytest.mark.parametrize(("persistence", "mig", "expected"), [
-    (0, (0, 0), (False, False)), (1, (1, 1), (True, True)), (1, (0, 1), (True, False)),
-    (None, None, (None, None)),  # a GPU without the features: NotSupported
-])
-def test_persistence_and_mig_are_bools(fake: FakeNvml, source: NvmlSource, persistence: Any, mig: Any,
-                                      expected: tuple[Any, Any]) -> None:
+@pytest.mark.parametrize(
+    ("persistence", "mig", "expected"),
+    [
+        (0, (0, 0), (False, False)),
+        (1, (1, 1), (True, True)),
+        (1, (0, 1), (True, False)),
+        (None, None, (None, None)),  # a GPU without the features: NotSupported
+    ],
+)
+def test_persistence_and_mig_are_bools(
+    fake: FakeNvml, source: NvmlSource, persistence: Any, mig: Any, expected: tuple[Any, Any]
+) -> None:
     fake.gpus[0].persistence, fake.gpus[0].mig = persistence, mig
     s = tick(source, fake).gpus[0]
     assert (s.persistence_mode, s.mig_mode) == expected
 
 
-@pytest.mark.parametrize(("value_type", "raw"), [
-    (pynvml.NVML_VALUE_TYPE_DOUBLE, 350_250),
-    (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, 350_250),
-    (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, 350_250),
-    (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 350_250),
-    (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, 350_250),
-    (pynvml.NVML_VALUE_TYPE_SIGNED_INT, 350_250),
-    (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, 35_025),
-], ids=["double", "uint", "ulong", "ulonglong", "slonglong", "sint", "ushort"])
+@pytest.mark.parametrize(
+    ("value_type", "raw"),
+    [
+        (pynvml.NVML_VALUE_TYPE_DOUBLE, 350_250),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, 350_250),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, 350_250),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 350_250),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, 350_250),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_INT, 350_250),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, 35_025),
+    ],
+    ids=["double", "uint", "ulong", "ulonglong", "slonglong", "sint", "ushort"],
+)
 def test_field_value_types(fake: FakeNvml, source: NvmlSource, value_type: int, raw: int) -> None:
     fake.gpus[0].power_mw = raw
     fake.gpus[0].field_types[F_POWER] = value_type
@@ -322,8 +377,9 @@ def test_field_value_of_unknown_type_falls_back_to_power_usage(fake: FakeNvml, s
 
 
 @pytest.mark.parametrize("error", [E_NOT_SUPPORTED, E_NO_PERMISSION, pynvml.NVML_ERROR_INVALID_ARGUMENT])
-def test_power_field_failing_falls_back_to_power_usage_each_tick(fake: FakeNvml, source: NvmlSource,
-                                                               error: int) -> None:
+def test_power_field_failing_falls_back_to_power_usage_each_tick(
+    fake: FakeNvml, source: NvmlSource, error: int
+) -> None:
     fake.gpus[0].field_returns[F_POWER] = error
     readings = [tick(source, fake, slow) for slow in (True, False, False)]
     assert [r.gpus[0].power for r in readings] == [350.25] * 3
@@ -348,8 +404,9 @@ def test_energy_field_failing_gives_none_and_others_intact(fake: FakeNvml, sourc
 
 
 @pytest.mark.parametrize("failing", [F_TX, F_RX])
-def test_one_pcie_counter_missing_uses_the_throughput_fallback(fake: FakeNvml, source: NvmlSource,
-                                                              failing: int) -> None:
+def test_one_pcie_counter_missing_uses_the_throughput_fallback(
+    fake: FakeNvml, source: NvmlSource, failing: int
+) -> None:
     fake.gpus[0].field_returns[failing] = E_NOT_SUPPORTED
     readings = [tick(source, fake, slow) for slow in (True, False)]
     for r in readings:
@@ -369,8 +426,9 @@ def test_pcie_rates_from_counter_deltas(fake: FakeNvml, source: NvmlSource) -> N
     assert calls(fake, 0, "nvmlDeviceGetPcieThroughput") == 0
 
 
-def test_pcie_no_rate_after_a_counter_wrap_or_without_time_passing(fake: FakeNvml,
-                                                                    source: NvmlSource) -> None:
+def test_pcie_no_rate_after_a_counter_wrap_or_without_time_passing(
+    fake: FakeNvml, source: NvmlSource
+) -> None:
     g = fake.gpus[0]
     tick(source, fake)
     tick(source, fake, slow=False)
@@ -402,8 +460,7 @@ def test_field_values_call_failing(fake: FakeNvml, source: NvmlSource, error: in
     fake.fail(0, "nvmlDeviceGetFieldValues", error)
     readings = [tick(source, fake, slow) for slow in (True, False, False)]
     s = readings[-1].gpus[0]
-    assert s == expected_sample(fake, 0, energy=None,
-                                pcie_tx=1_953_125 * 1024.0, pcie_rx=488_281 * 1024.0)
+    assert s == expected_sample(fake, 0, energy=None, pcie_tx=1_953_125 * 1024.0, pcie_rx=488_281 * 1024.0)
     assert readings[-1].gpus[1] == expected_sample(fake, 1)
     assert calls(fake, 0, "nvmlDeviceGetFieldValues") == (1 if error in SKIP_FOREVER else 3)
     assert calls(fake, 0, "nvmlDeviceGetPowerUsage") == 3
@@ -431,8 +488,9 @@ def test_memory_v2_failing(fake: FakeNvml, source: NvmlSource, error: int) -> No
         assert (s.mem_total, s.mem_used, s.mem_reserved) == (None, None, None)
         assert calls(fake, 0, "nvmlDeviceGetMemoryInfo", pynvml.nvmlMemory_v2) == 3
         assert calls(fake, 0, "nvmlDeviceGetMemoryInfo", None) == 0
-    assert s == expected_sample(fake, 0, mem_total=s.mem_total, mem_used=s.mem_used,
-                                mem_reserved=s.mem_reserved)
+    assert s == expected_sample(
+        fake, 0, mem_total=s.mem_total, mem_used=s.mem_used, mem_reserved=s.mem_reserved
+    )
     assert readings[-1].gpus[1].mem_reserved == 300 * MiB
 
 
@@ -468,10 +526,14 @@ FIELD_CASES = [
 
 
 @ALL_ERRORS
-@pytest.mark.parametrize(("name", "arg", "fields"), FIELD_CASES,
-                         ids=[f"{c[0][len('nvmlDeviceGet'):]}-{c[2][0]}" for c in FIELD_CASES])
-def test_one_field_failing(monkeypatch: pytest.MonkeyPatch, name: str, arg: Any, fields: tuple[str, ...],
-                           error: int) -> None:
+@pytest.mark.parametrize(
+    ("name", "arg", "fields"),
+    FIELD_CASES,
+    ids=[f"{c[0][len('nvmlDeviceGet') :]}-{c[2][0]}" for c in FIELD_CASES],
+)
+def test_one_field_failing(
+    monkeypatch: pytest.MonkeyPatch, name: str, arg: Any, fields: tuple[str, ...], error: int
+) -> None:
     baseline_fake = FakeNvml()
     make_gpu1_different(baseline_fake)
     baseline = run(baseline_fake, monkeypatch, SLOWS)
@@ -506,15 +568,21 @@ STATIC_CASES = [
 
 @ALL_ERRORS
 @pytest.mark.parametrize(("name", "arg", "fields"), STATIC_CASES, ids=[c[2][0] for c in STATIC_CASES])
-def test_one_static_field_failing(fake: FakeNvml, make_source: Any, name: str, arg: Any,
-                                  fields: tuple[str, ...], error: int) -> None:
+def test_one_static_field_failing(
+    fake: FakeNvml, make_source: Any, name: str, arg: Any, fields: tuple[str, ...], error: int
+) -> None:
     fake.fail(0, name, error, arg=arg)
     src = make_source()
     readings = [tick(src, fake, slow) for slow in (True, False, True)]
     for r in readings:
-        assert r.gpus[0] == expected_sample(fake, 0, **dict.fromkeys(fields),
-                                            pcie_tx=r.gpus[0].pcie_tx, pcie_rx=r.gpus[0].pcie_rx,
-                                            energy=r.gpus[0].energy)
+        assert r.gpus[0] == expected_sample(
+            fake,
+            0,
+            **dict.fromkeys(fields),
+            pcie_tx=r.gpus[0].pcie_tx,
+            pcie_rx=r.gpus[0].pcie_rx,
+            energy=r.gpus[0].energy,
+        )
         assert getattr(r.gpus[1], fields[0]) is not None
     assert calls(fake, 0, name, arg) == 1  # static: read once, at open
 
@@ -591,9 +659,16 @@ def test_gpu_lost_while_reading(fake: FakeNvml, source: NvmlSource, case: str) -
     assert r.gpus[1].lost and not r.gpus[0].lost
     assert r.errors == ("GPU 1 is lost (it needs a reset or a reboot)",)
     # The static identity stays, so the user sees which GPU it was; the measurements go.
-    assert r.gpus[1] == GpuSample(index=1, lost=True, name="NVIDIA A100-SXM4-40GB", uuid=fake.gpus[1].uuid,
-                                  pci_bus_id="00000000:2B:00.0", minor=6, sm_clock_max=1980,
-                                  mem_clock_max=2619)
+    assert r.gpus[1] == GpuSample(
+        index=1,
+        lost=True,
+        name="NVIDIA A100-SXM4-40GB",
+        uuid=fake.gpus[1].uuid,
+        pci_bus_id="00000000:2B:00.0",
+        minor=6,
+        sm_clock_max=1980,
+        mem_clock_max=2619,
+    )
     assert [p.gpu for p in r.processes] == [0]
     assert_gpu0_normal(r, fake)
     before = fake.total_calls(1)
@@ -616,8 +691,15 @@ def test_non_nvml_exception_on_one_gpu_does_not_hide_the_others(fake: FakeNvml, 
     r = tick(source, fake)
     assert r.errors == ("GPU 0: RuntimeError: binding bug",)
     g0 = fake.gpus[0]
-    assert r.gpus[0] == GpuSample(index=0, name=g0.name, uuid=g0.uuid, pci_bus_id=g0.pci_bus_id, minor=7,
-                                  sm_clock_max=1980, mem_clock_max=2619)  # not lost: it may recover
+    assert r.gpus[0] == GpuSample(
+        index=0,
+        name=g0.name,
+        uuid=g0.uuid,
+        pci_bus_id=g0.pci_bus_id,
+        minor=7,
+        sm_clock_max=1980,
+        mem_clock_max=2619,
+    )  # not lost: it may recover
     assert r.gpus[1] == expected_sample(fake, 1, pcie_tx=None, pcie_rx=None)
     r = tick(source, fake)  # it does (no PCIe rate yet: the failed tick read no counters)
     assert r.errors == ()
@@ -668,8 +750,10 @@ def test_not_available_memory_is_none(fake: FakeNvml, source: NvmlSource) -> Non
 
 
 def test_gpu_and_compute_instance_ids_do_not_disturb_the_layout(fake: FakeNvml, source: NvmlSource) -> None:
-    fake.gpus[0].processes["C"] += [FakeProcess(11, 5 * GiB, gpu_instance=1, compute_instance=0),
-                                    FakeProcess(12, 6 * GiB, gpu_instance=2, compute_instance=1)]
+    fake.gpus[0].processes["C"] += [
+        FakeProcess(11, 5 * GiB, gpu_instance=1, compute_instance=0),
+        FakeProcess(12, 6 * GiB, gpu_instance=2, compute_instance=1),
+    ]
     r = tick(source, fake)
     assert {p.pid: p.used_memory for p in r.processes} == {11: 5 * GiB, 12: 6 * GiB}
 
@@ -690,8 +774,13 @@ def test_process_list_versions(fake: FakeNvml, make_source: Any, driver: int) ->
     readings = [tick(src, fake, slow) for slow in (True, False, True, False)]
     for r in (readings[0], readings[2]):
         assert {(p.pid, p.kinds, p.used_memory) for p in r.processes} == {
-            (1000, "C", 1 * GiB), (2000, "C", None), (1001, "G", 2 * GiB), (2001, "G", None),
-            (1002, "M", 3 * GiB), (2002, "M", None)}
+            (1000, "C", 1 * GiB),
+            (2000, "C", None),
+            (1001, "G", 2 * GiB),
+            (2001, "G", None),
+            (1002, "M", 3 * GiB),
+            (2002, "M", None),
+        }
     for kind in "CGM":
         for version in (3, 2, 1):
             symbol = proc_symbol(kind, version)
@@ -749,8 +838,9 @@ def test_process_list_that_keeps_growing_is_given_up_for_the_tick(fake: FakeNvml
     assert len(procs_of(r, 0)) == len(fake.gpus[0].processes["C"]) + 1 > 400
 
 
-def test_process_list_shrinking_between_the_calls(fake: FakeNvml, source: NvmlSource,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_process_list_shrinking_between_the_calls(
+    fake: FakeNvml, source: NvmlSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
     procs = fake.gpus[0].processes["C"]
     procs += [FakeProcess(100, 1 * GiB), FakeProcess(101, 2 * GiB)]
     real_grow = fake._grow
@@ -825,22 +915,29 @@ def test_process_utilization_not_supported_is_not_asked_again(fake: FakeNvml, so
     fake.gpus[0].processes["C"].append(FakeProcess(100, 1 * GiB))
     fake.fail(0, "nvmlDeviceGetProcessUtilization", E_NOT_SUPPORTED)
     readings = [tick(source, fake) for _ in range(3)]
-    assert all(r.processes == (GpuProcess(gpu=0, pid=100, kinds="C", used_memory=1 * GiB),)
-               for r in readings)
+    assert all(r.processes == (GpuProcess(gpu=0, pid=100, kinds="C", used_memory=1 * GiB),) for r in readings)
     assert calls(fake, 0, "nvmlDeviceGetProcessUtilization") == 1
 
 
 # -- cadence ----------------------------------------------------------------------------------------------
 
 SLOW_FUNCTIONS = (
-    "nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo", "nvmlDeviceGetPerformanceState",
-    "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetFanSpeed", "nvmlDeviceGetEncoderUtilization",
-    "nvmlDeviceGetDecoderUtilization", "nvmlDeviceGetMPSComputeRunningProcesses",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetPerformanceState",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetFanSpeed",
+    "nvmlDeviceGetEncoderUtilization",
+    "nvmlDeviceGetDecoderUtilization",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
 )
 SETTINGS_FUNCTIONS = ("nvmlDeviceGetComputeMode", "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetMigMode")
 FAST_FUNCTIONS = (
-    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetFieldValues",
-    "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
 )
 
 
@@ -923,9 +1020,11 @@ def test_calls_per_gpu_per_tick(fake: FakeNvml, source: NvmlSource) -> None:
         fake.advance(1.0)
     busy, idle = fake.total_calls(0) / ticks, fake.total_calls(1) / ticks
     busy_lib, idle_lib = fake.total_lib_calls(0) / ticks, fake.total_lib_calls(1) / ticks
-    print(f"\nNVML calls per GPU per tick over {ticks} ticks (slow every 5th): "
-          f"busy GPU {busy:.2f} queries ({busy_lib:.2f} C calls into libnvidia-ml), "
-          f"idle GPU {idle:.2f} queries ({idle_lib:.2f} C calls)")
+    print(
+        f"\nNVML calls per GPU per tick over {ticks} ticks (slow every 5th): "
+        f"busy GPU {busy:.2f} queries ({busy_lib:.2f} C calls into libnvidia-ml), "
+        f"idle GPU {idle:.2f} queries ({idle_lib:.2f} C calls)"
+    )
     assert busy <= 8 and idle <= 8
     assert busy_lib <= 10 and idle_lib <= 8  # the process list and per-process utilization take two each
 
@@ -935,7 +1034,10 @@ def test_calls_per_gpu_per_tick(fake: FakeNvml, source: NvmlSource) -> None:
 
 def test_fake_replaces_every_binding_nvml_py_uses() -> None:
     text = Path(nvml.__file__).read_text()
-    used = {name for name in re.findall(r"pynvml\.(_?nvml\w+)", text)
-            if callable(getattr(pynvml, name)) and not isinstance(getattr(pynvml, name), type)}
+    used = {
+        name
+        for name in re.findall(r"pynvml\.(_?nvml\w+)", text)
+        if callable(getattr(pynvml, name)) and not isinstance(getattr(pynvml, name), type)
+    }
     assert used
     assert used <= set(FakeNvml.BINDINGS), used - set(FakeNvml.BINDINGS)

@@ -73,7 +73,13 @@ def test_host_fields_of_a_real_child(spawn: Callable[..., subprocess.Popen[bytes
     (row,) = _rows(ProcessJoiner(), [_gp(child.pid)])
     assert row.visible is True
     assert (row.gpu, row.pid, row.kinds, row.used_memory, row.sm_util, row.mem_util) == (
-        0, child.pid, "C", 1 << 30, 50, 20)
+        0,
+        child.pid,
+        "C",
+        1 << 30,
+        50,
+        20,
+    )
     assert row.user == psutil.Process().username()
     assert row.name == ps.name()
     assert row.command == " ".join([sys.executable, "-c", SLEEPER, "gputui-test-marker"])
@@ -115,8 +121,9 @@ def test_pids_no_process_can_have(pid: int) -> None:
 
 
 @pytest.mark.parametrize("seen_before", [False, True], ids=["unknown", "known"])
-def test_process_exits_between_gpu_list_and_lookup(spawn: Callable[..., subprocess.Popen[bytes]],
-                                                   seen_before: bool) -> None:
+def test_process_exits_between_gpu_list_and_lookup(
+    spawn: Callable[..., subprocess.Popen[bytes]], seen_before: bool
+) -> None:
     child = spawn()
     joiner = ProcessJoiner()
     listed = [_gp(child.pid)]  # what the GPU source listed ...
@@ -143,8 +150,9 @@ def test_a_zombie_is_still_visible(spawn: Callable[..., subprocess.Popen[bytes]]
         assert row.ppid == os.getpid()
 
 
-def test_a_reused_pid_is_a_new_process_simulated(spawn: Callable[..., subprocess.Popen[bytes]],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_reused_pid_is_a_new_process_simulated(
+    spawn: Callable[..., subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """NVML keeps reporting pid P; meanwhile the process we knew as P ended and P went to another one.
 
     Simulated: once the first process has ended, `psutil.Process(P)` and /proc/P/stat (as the joiner
@@ -223,8 +231,9 @@ def test_a_really_reused_pid_is_a_new_process(spawn: Callable[..., subprocess.Po
         new.wait(timeout=10)
 
 
-def test_after_a_reused_pid_the_new_process_is_described(spawn: Callable[..., subprocess.Popen[bytes]]
-                                                         ) -> None:
+def test_after_a_reused_pid_the_new_process_is_described(
+    spawn: Callable[..., subprocess.Popen[bytes]],
+) -> None:
     """Whatever the tick right after the reuse shows, the joiner never mixes the two processes."""
     old = spawn("old-job")
     pid = old.pid
@@ -257,8 +266,10 @@ def test_same_pid_on_two_gpus(spawn: Callable[..., subprocess.Popen[bytes]]) -> 
     joiner = ProcessJoiner()
     for _ in range(2):  # first sighting, then one with %CPU
         rows = _rows(joiner, [_gp(child.pid, gpu=0, used=1 << 30), _gp(child.pid, gpu=1, used=2 << 30)])
-        assert [(r.gpu, r.pid, r.used_memory) for r in rows] == [(0, child.pid, 1 << 30),
-                                                                  (1, child.pid, 2 << 30)]
+        assert [(r.gpu, r.pid, r.used_memory) for r in rows] == [
+            (0, child.pid, 1 << 30),
+            (1, child.pid, 2 << 30),
+        ]
         assert all(r.visible for r in rows)
         assert [getattr(rows[0], f) for f in HOST_FIELDS] == [getattr(rows[1], f) for f in HOST_FIELDS]
     assert rows[0].cpu_percent is not None
@@ -268,5 +279,8 @@ def test_mixed_list_keeps_order_and_hides_nothing(spawn: Callable[..., subproces
     a, b = spawn(), spawn()
     missing = _free_pid()
     rows = _rows(ProcessJoiner(), [_gp(a.pid, gpu=1), _gp(missing, gpu=0), _gp(b.pid, gpu=0)])
-    assert [(r.gpu, r.pid, r.visible) for r in rows] == [(1, a.pid, True), (0, missing, False),
-                                                         (0, b.pid, True)]
+    assert [(r.gpu, r.pid, r.visible) for r in rows] == [
+        (1, a.pid, True),
+        (0, missing, False),
+        (0, b.pid, True),
+    ]

@@ -45,8 +45,10 @@ class RecordingSource:
     def read(self, slow: bool) -> Reading:
         self.slow.append(slow)
         n = len(self.slow)
-        gpus = tuple(GpuSample(index=i, util_gpu=n % 101, mem_total=100, mem_used=n % 101, power=float(n))
-                     for i in range(self.gpus))
+        gpus = tuple(
+            GpuSample(index=i, util_gpu=n % 101, mem_total=100, mem_used=n % 101, power=float(n))
+            for i in range(self.gpus)
+        )
         return Reading(gpus, (GpuProcess(gpu=0, pid=os.getpid(), kinds="C", used_memory=10),), ("note",))
 
     def close(self) -> None:
@@ -75,7 +77,10 @@ def test_snapshot_from_the_demo(demo_sampler: tuple[Sampler, DemoSource, FakeClo
     assert snap.hostname == socket.gethostname()
     assert snap.source == "demo"
     assert (snap.driver_version, snap.nvml_version, snap.cuda_driver_version) == (
-        "580.95.05", "13.580.95.05", "13.0")
+        "580.95.05",
+        "13.580.95.05",
+        "13.0",
+    )
     assert [g.index for g in snap.gpus] == [0, 1, 2]
     for g in snap.gpus:
         assert g.name and g.uuid and g.pci_bus_id
@@ -109,8 +114,18 @@ def test_slow_fields_on_their_own_cadence() -> None:
     with sampler:
         assert src.opened == 1
         expected = []
-        for t, slow in [(500.0, True), (501.0, False), (504.9, False), (505.0, True), (505.1, False),
-                        (509.9, False), (510.0, True), (600.0, True), (600.5, False), (604.0, False)]:
+        for t, slow in [
+            (500.0, True),
+            (501.0, False),
+            (504.9, False),
+            (505.0, True),
+            (505.1, False),
+            (509.9, False),
+            (510.0, True),
+            (600.0, True),
+            (600.5, False),
+            (604.0, False),
+        ]:
             mono.t = t
             sampler.tick()
             expected.append(slow)

@@ -29,11 +29,15 @@ REAL_KILL = os.kill
 NOBODY = 65534
 
 SLEEPER = "import time; print('ready', flush=True); time.sleep(60)"
-IGNORES_TERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                "print('ready', flush=True); time.sleep(60)")
-WITH_A_CHILD = ("import subprocess, sys, time; "
-                "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-                "print(g.pid, flush=True); time.sleep(60)")
+IGNORES_TERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(60)"
+)
+WITH_A_CHILD = (
+    "import subprocess, sys, time; "
+    "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+    "print(g.pid, flush=True); time.sleep(60)"
+)
 EXITS = "pass"
 
 # Sends SIGTERM to a process as user nobody: imports as root, drops every privilege, then sends.
@@ -86,8 +90,12 @@ class Lab:
 
     def spawn(self, code: str) -> tuple[subprocess.Popen[str], str]:
         """A child running `code`; returns it with the first line it printed."""
-        p = subprocess.Popen([sys.executable, "-c", code, "gputui-signals-test"], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [sys.executable, "-c", code, "gputui-signals-test"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.children.append(p)
         self.adopt(p.pid)
         line = ""
@@ -148,14 +156,21 @@ def _refused_targets() -> list[tuple[str, Callable[[], Target], str]]:
         ("init", lambda: target_of(1), "pid 0 or 1"),
         ("itself", lambda: target_of(os.getpid()), "gputui itself"),
         ("parent", lambda: target_of(os.getppid()), "ancestors"),
-        ("grandparent", lambda: target_of(psutil.Process().parents()[1].pid
-                                          if len(psutil.Process().parents()) > 1 else os.getppid()),
-         "ancestors"),
+        (
+            "grandparent",
+            lambda: target_of(
+                psutil.Process().parents()[1].pid if len(psutil.Process().parents()) > 1 else os.getppid()
+            ),
+            "ancestors",
+        ),
     ]
 
 
-@pytest.mark.parametrize(("make", "why"), [(m, w) for _, m, w in _refused_targets()],
-                         ids=[name for name, _, _ in _refused_targets()])
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [(m, w) for _, m, w in _refused_targets()],
+    ids=[name for name, _, _ in _refused_targets()],
+)
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_refused_and_nothing_sent(lab: Lab, make: Callable[[], Target], why: str, sig: str) -> None:
     target = make()
@@ -248,7 +263,8 @@ def test_include_children_signals_the_children_first(lab: Lab) -> None:
     assert lab.signals_sent() == [(grandchild, signal.SIGTERM), (child.pid, signal.SIGTERM)]
     final = signals.await_outcome(sent, timeout=3)
     assert sorted((o.target.pid, o.result) for o in final) == sorted(
-        [(grandchild, "gone"), (child.pid, "gone")])
+        [(grandchild, "gone"), (child.pid, "gone")]
+    )
     assert child.wait(timeout=5) == -signal.SIGTERM
     assert wait_until(lambda: not alive(grandchild))
 
@@ -309,8 +325,13 @@ def test_target_for_gives_the_live_create_time(lab: Lab) -> None:
 def test_permission_denied(lab: Lab) -> None:
     child, _ = lab.spawn(SLEEPER)  # root's
     target = target_of(child.pid)
-    out = subprocess.run([sys.executable, "-c", SEND_AS_NOBODY, str(target.pid), repr(target.create_time)],
-                         capture_output=True, text=True, timeout=30, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", SEND_AS_NOBODY, str(target.pid), repr(target.create_time)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     ((result, detail),) = json.loads(out.stdout)
     assert result == "permission denied"

@@ -52,27 +52,44 @@ def recording(directory: Path, doc: dict[str, Any], name: str = "python") -> tup
     """A Python that prints `doc` and records how it was called: its arguments, one a line, in `args`,
     and its environment variable MARK in `mark`. Returns (path, args, mark)."""
     args, mark = directory / f"{name}.args", directory / f"{name}.mark"
-    body = (f"for a in \"$@\"; do printf '%s\\n' \"$a\"; done > {shlex.quote(str(args))}\n"
-            f"printf '%s' \"${{MARK-unset}}\" > {shlex.quote(str(mark))}\n"
-            f"printf '%s\\n' {shlex.quote(json.dumps(doc))}")
+    body = (
+        f'for a in "$@"; do printf \'%s\\n\' "$a"; done > {shlex.quote(str(args))}\n'
+        f"printf '%s' \"${{MARK-unset}}\" > {shlex.quote(str(mark))}\n"
+        f"printf '%s\\n' {shlex.quote(json.dumps(doc))}"
+    )
     return write(directory, name, body), args, mark
 
 
-def torch_doc(torch: str | None = "2.3.0+cu121", cuda: str | None = "12.1", *, hip: str | None = None,
-              available: bool = True, device_count: int = 1, arch_list: list[str] | None = None,
-              capabilities: list[list[int]] | None = None, warnings: list[str] | None = None,
-              import_error: str | None = None, cuda_error: str | None = None) -> dict[str, Any]:
+def torch_doc(
+    torch: str | None = "2.3.0+cu121",
+    cuda: str | None = "12.1",
+    *,
+    hip: str | None = None,
+    available: bool = True,
+    device_count: int = 1,
+    arch_list: list[str] | None = None,
+    capabilities: list[list[int]] | None = None,
+    warnings: list[str] | None = None,
+    import_error: str | None = None,
+    cuda_error: str | None = None,
+) -> dict[str, Any]:
     """The JSON line PROBE prints, for the torch described (torch=None: not importable)."""
     doc: dict[str, Any] = {"python": "3.11.7"}
     if torch is None:
         doc["import_error"] = import_error or "ModuleNotFoundError: No module named 'torch'"
         return doc
-    doc.update(torch=torch, cuda=cuda, hip=hip, available=available,
-               device_count=device_count if available else 0,
-               arch_list=(ARCHS_CU121 if arch_list is None else arch_list) if cuda else [],
-               capabilities=(capabilities if capabilities is not None else [[9, 0]] * device_count)
-               if available else [],
-               warnings=warnings or [])
+    doc.update(
+        torch=torch,
+        cuda=cuda,
+        hip=hip,
+        available=available,
+        device_count=device_count if available else 0,
+        arch_list=(ARCHS_CU121 if arch_list is None else arch_list) if cuda else [],
+        capabilities=(capabilities if capabilities is not None else [[9, 0]] * device_count)
+        if available
+        else [],
+        warnings=warnings or [],
+    )
     if cuda_error is not None:
         doc["cuda_error"] = cuda_error
     return doc

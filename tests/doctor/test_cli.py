@@ -36,8 +36,14 @@ NO_DRIVER = not Path("/proc/driver/nvidia").exists()
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gputui", "doctor", *args], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=TIMEOUT, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "gputui", "doctor", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=REPO,
+    )
 
 
 def check_lines(stdout: str) -> tuple[list[str], str]:
@@ -57,15 +63,19 @@ def check_lines(stdout: str) -> tuple[list[str], str]:
 def summary_of(checks: list[str]) -> str:
     problems = sum(ln.startswith("PROBLEM ") for ln in checks)
     warnings = sum(ln.startswith("WARNING ") for ln in checks)
-    parts = [f"{problems} problem{'s' * (problems != 1)}"] * bool(problems) + \
-        [f"{warnings} warning{'s' * (warnings != 1)}"] * bool(warnings)
+    parts = [f"{problems} problem{'s' * (problems != 1)}"] * bool(problems) + [
+        f"{warnings} warning{'s' * (warnings != 1)}"
+    ] * bool(warnings)
     return ", ".join(parts) or "nothing wrong found"
 
 
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "gputui-doctor-test"],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", "gputui-doctor-test"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
     try:
         assert wait_until(lambda: "gputui-doctor-test" in psutil.Process(p.pid).cmdline(), 10.0)
         yield p
@@ -125,13 +135,17 @@ def test_a_pid_that_names_no_process() -> None:
     assert result.stderr.splitlines() == ["gputui doctor: no process with pid 99999999"]
 
 
-@pytest.mark.parametrize(("args", "said"), [
-    (["--pid", "abc"], "argument --pid: not a process id: 'abc'"),
-    (["--pid", "0"], "argument --pid: not a process id: '0'"),
-    (["--pid", "-5"], "argument --pid: "),
-    (["--python", "/nonexistent"], "argument --python: not an executable: /nonexistent"),
-    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
-], ids=["pid-abc", "pid-0", "pid-negative", "python-missing", "unknown-flag"])
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--pid", "abc"], "argument --pid: not a process id: 'abc'"),
+        (["--pid", "0"], "argument --pid: not a process id: '0'"),
+        (["--pid", "-5"], "argument --pid: "),
+        (["--python", "/nonexistent"], "argument --python: not an executable: /nonexistent"),
+        (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    ],
+    ids=["pid-abc", "pid-0", "pid-negative", "python-missing", "unknown-flag"],
+)
 def test_cannot_run_says_why_in_one_line(args: list[str], said: str) -> None:
     result = doctor(*args)
     assert result.returncode == 2
@@ -147,8 +161,9 @@ def test_python_that_is_not_executable(tmp_path: Path) -> None:
     script.write_text("#!/bin/sh\necho '{}'\n")  # no execute bit
     result = doctor("--python", str(script))
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [f"gputui doctor: error: argument --python: not an executable: "
-                                          f"{script} (see gputui doctor --help)"]
+    assert result.stderr.splitlines() == [
+        f"gputui doctor: error: argument --python: not an executable: {script} (see gputui doctor --help)"
+    ]
 
 
 IMPORTS = """
@@ -162,13 +177,19 @@ print('DOCTOR-LOADED', ','.join(loaded) or '-')
 
 
 def test_the_doctor_never_imports_torch_or_textual() -> None:
-    result = subprocess.run([sys.executable, "-c", IMPORTS], stdin=subprocess.DEVNULL, capture_output=True,
-                            text=True, timeout=TIMEOUT, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORTS],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stderr
     said = dict(ln.split(" ", 1) for ln in result.stdout.splitlines() if ln.startswith("DOCTOR-"))
     assert said["DOCTOR-EXIT"] in ("0", "1")
     assert said["DOCTOR-LOADED"] == "-"
-    doc = json.loads(result.stdout[:result.stdout.index("DOCTOR-EXIT")])
+    doc = json.loads(result.stdout[: result.stdout.index("DOCTOR-EXIT")])
     assert doc["exit_code"] == int(said["DOCTOR-EXIT"])
     torch_checks = [c["found"] for c in doc["checks"] if c["area"] == "torch"]
     assert torch_checks  # it did ask about torch: in a subprocess
@@ -191,10 +212,23 @@ def keep_signals() -> Iterator[None]:
 
 
 HEALTHY = SystemFacts(
-    kernel_module="550.54.14", library="/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.14",
-    driver_version="550.54.14", cuda_version="12.4",
-    gpus=tuple(GpuFact(i, "NVIDIA H100 80GB HBM3", f"GPU-{i}1234567-89ab", f"00000000:{0x18 + i:02X}:00.0",
-                       minor=i, mig=False, capability=(9, 0), sm_clock_max=1980) for i in range(2)),
+    kernel_module="550.54.14",
+    library="/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.14",
+    driver_version="550.54.14",
+    cuda_version="12.4",
+    gpus=tuple(
+        GpuFact(
+            i,
+            "NVIDIA H100 80GB HBM3",
+            f"GPU-{i}1234567-89ab",
+            f"00000000:{0x18 + i:02X}:00.0",
+            minor=i,
+            mig=False,
+            capability=(9, 0),
+            sm_clock_max=1980,
+        )
+        for i in range(2)
+    ),
     device_files={p: "ok" for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1")},
 )
 
@@ -220,11 +254,23 @@ def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[
     return code, json.loads(out)
 
 
-def test_a_cpu_only_torch_is_the_only_problem(tmp_path: Path, healthy_machine: list[Path],
-                                              capsys: pytest.CaptureFixture[str]) -> None:
-    python = printing(tmp_path, {"python": "3.11.7", "torch": "2.5.1+cpu", "cuda": None, "hip": None,
-                                 "available": False, "device_count": 0, "arch_list": [],
-                                 "capabilities": [], "warnings": []})
+def test_a_cpu_only_torch_is_the_only_problem(
+    tmp_path: Path, healthy_machine: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    python = printing(
+        tmp_path,
+        {
+            "python": "3.11.7",
+            "torch": "2.5.1+cpu",
+            "cuda": None,
+            "hip": None,
+            "available": False,
+            "device_count": 0,
+            "arch_list": [],
+            "capabilities": [],
+            "warnings": [],
+        },
+    )
     code, doc = run_main(capsys, "--python", python)
     assert healthy_machine == [Path("/")]
     assert code == 1 and doc["exit_code"] == 1
@@ -239,11 +285,23 @@ def test_a_cpu_only_torch_is_the_only_problem(tmp_path: Path, healthy_machine: l
     assert {c["area"] for c in doc["checks"]} == {"driver", "gpus", "cuda", "torch"}
 
 
-def test_a_healthy_machine_and_cuda_build(tmp_path: Path, healthy_machine: list[Path],
-                                          capsys: pytest.CaptureFixture[str]) -> None:
-    python = printing(tmp_path, {"python": "3.11.7", "torch": "2.5.1+cu124", "cuda": "12.4", "hip": None,
-                                 "available": True, "device_count": 2, "arch_list": ["sm_80", "sm_90"],
-                                 "capabilities": [[9, 0], [9, 0]], "warnings": []})
+def test_a_healthy_machine_and_cuda_build(
+    tmp_path: Path, healthy_machine: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    python = printing(
+        tmp_path,
+        {
+            "python": "3.11.7",
+            "torch": "2.5.1+cu124",
+            "cuda": "12.4",
+            "hip": None,
+            "available": True,
+            "device_count": 2,
+            "arch_list": ["sm_80", "sm_90"],
+            "capabilities": [[9, 0], [9, 0]],
+            "warnings": [],
+        },
+    )
     code, doc = run_main(capsys, "--python", python)
     assert code == 0
     assert doc["exit_code"] == 0 and doc["problems"] == 0 and doc["warnings"] == 0
@@ -255,11 +313,23 @@ def test_a_healthy_machine_and_cuda_build(tmp_path: Path, healthy_machine: list[
     assert "2 GPUs visible to NVML: NVIDIA H100 80GB HBM3" in found
 
 
-def test_the_text_report_of_a_healthy_machine(tmp_path: Path, healthy_machine: list[Path],
-                                              capsys: pytest.CaptureFixture[str]) -> None:
-    python = printing(tmp_path, {"python": "3.11.7", "torch": "2.5.1+cu124", "cuda": "12.4", "hip": None,
-                                 "available": True, "device_count": 2, "arch_list": ["sm_80", "sm_90"],
-                                 "capabilities": [[9, 0], [9, 0]], "warnings": []})
+def test_the_text_report_of_a_healthy_machine(
+    tmp_path: Path, healthy_machine: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    python = printing(
+        tmp_path,
+        {
+            "python": "3.11.7",
+            "torch": "2.5.1+cu124",
+            "cuda": "12.4",
+            "hip": None,
+            "available": True,
+            "device_count": 2,
+            "arch_list": ["sm_80", "sm_90"],
+            "capabilities": [[9, 0], [9, 0]],
+            "warnings": [],
+        },
+    )
     assert cli.main(["doctor", "--python", python]) == 0
     out, err = capsys.readouterr()
     assert err == ""
@@ -268,9 +338,9 @@ def test_the_text_report_of_a_healthy_machine(tmp_path: Path, healthy_machine: l
     assert all(ln.startswith("ok       ") for ln in checks)
 
 
-def test_a_doctor_that_breaks_says_so_in_one_line(healthy_machine: list[Path],
-                                                  monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_doctor_that_breaks_says_so_in_one_line(
+    healthy_machine: list[Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def broken(root: Path = Path("/"), maps: Path = Path("/proc/self/maps")) -> SystemFacts:
         raise RuntimeError("the facts fell over")
 

@@ -12,15 +12,27 @@ from gputui.doctor.report import OK, PROBLEM, WARNING, Check
 
 H100 = ("NVIDIA H100 80GB HBM3", (9, 0), 1980)
 A100 = ("NVIDIA A100-SXM4-80GB", (8, 0), 1410)
-UUIDS = ("GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "GPU-89a1b2c3-0d4e-5f60-7182-93a4b5c6d7e8",
-         "GPU-5b0e6c2a-11f3-47aa-9d2e-6f1c0b7a3e55")
+UUIDS = (
+    "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6",
+    "GPU-89a1b2c3-0d4e-5f60-7182-93a4b5c6d7e8",
+    "GPU-5b0e6c2a-11f3-47aa-9d2e-6f1c0b7a3e55",
+)
 MIG = "MIG-4d1e7f0a-2b3c-5d6e-8f90-a1b2c3d4e5f6"
 
 
 def gpu(index: int, model: tuple[str, tuple[int, int], int] = H100, lost: bool = False) -> GpuFact:
     name, capability, clock = model
-    return GpuFact(index, name, UUIDS[index], f"00000000:{0x1B + 0x10 * index:02X}:00.0", minor=index,
-                   lost=lost, mig=False, capability=capability, sm_clock_max=clock)
+    return GpuFact(
+        index,
+        name,
+        UUIDS[index],
+        f"00000000:{0x1B + 0x10 * index:02X}:00.0",
+        minor=index,
+        lost=lost,
+        mig=False,
+        capability=capability,
+        sm_clock_max=clock,
+    )
 
 
 TWO = (gpu(0), gpu(1))  # identical GPUs: CUDA's order is the PCI order
@@ -172,14 +184,17 @@ def test_uuid_selects_the_same_gpu_in_either_order() -> None:
 
 
 def test_fastest_first_by_architecture_then_clock_then_bus() -> None:
-    slow_h100 = GpuFact(0, "NVIDIA H100 PCIe", "GPU-a", "00000000:1B:00.0", capability=(9, 0),
-                        sm_clock_max=1755)
+    slow_h100 = GpuFact(
+        0, "NVIDIA H100 PCIe", "GPU-a", "00000000:1B:00.0", capability=(9, 0), sm_clock_max=1755
+    )
     a100 = GpuFact(1, "NVIDIA A100", "GPU-b", "00000000:2B:00.0", capability=(8, 0), sm_clock_max=1410)
-    fast_h100 = GpuFact(2, "NVIDIA H100 SXM", "GPU-c", "00000000:3B:00.0", capability=(9, 0),
-                        sm_clock_max=1980)
+    fast_h100 = GpuFact(
+        2, "NVIDIA H100 SXM", "GPU-c", "00000000:3B:00.0", capability=(9, 0), sm_clock_max=1980
+    )
     twin = GpuFact(3, "NVIDIA H100 SXM", "GPU-d", "00000000:4B:00.0", capability=(9, 0), sm_clock_max=1980)
-    a6000 = GpuFact(4, "NVIDIA RTX A6000", "GPU-e", "00000000:5B:00.0", capability=(8, 6),
-                    sm_clock_max=2100)  # a higher clock, an older architecture
+    a6000 = GpuFact(
+        4, "NVIDIA RTX A6000", "GPU-e", "00000000:5B:00.0", capability=(8, 6), sm_clock_max=2100
+    )  # a higher clock, an older architecture
     order = fastest_first((slow_h100, a100, a6000, twin, fast_h100))
     assert [g.index for g in order] == [2, 3, 0, 4, 1]
 
@@ -224,9 +239,11 @@ def test_device_order_fastest_first_on_the_bus_is_ok() -> None:
 def test_device_order_mixed_gpus_mismatch(env: dict[str, str]) -> None:
     c = device_order(env, MIXED)
     assert c.status == WARNING
-    assert c.found == ("CUDA's default order (fastest first) is not nvidia-smi's here: "
-                       "cuda:0 = NVML GPU 1 (NVIDIA H100 80GB HBM3), "
-                       "cuda:1 = NVML GPU 0 (NVIDIA A100-SXM4-80GB)")
+    assert c.found == (
+        "CUDA's default order (fastest first) is not nvidia-smi's here: "
+        "cuda:0 = NVML GPU 1 (NVIDIA H100 80GB HBM3), "
+        "cuda:1 = NVML GPU 0 (NVIDIA A100-SXM4-80GB)"
+    )
     assert c.fix.startswith("export CUDA_DEVICE_ORDER=PCI_BUS_ID")
 
 
@@ -252,4 +269,3 @@ def test_device_order_ignores_lost_gpus() -> None:
     gpus = (gpu(0, A100, lost=True), gpu(1, A100), gpu(2, H100))
     c = device_order({}, gpus)
     assert c.status == WARNING and "GPU 0" not in c.found
-

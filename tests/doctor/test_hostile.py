@@ -44,8 +44,9 @@ def torch_version() -> str:
     return importlib.metadata.version("torch")
 
 
-def test_the_probe_never_imports_from_the_current_directory(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_probe_never_imports_from_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     marker = plant(tmp_path)
     monkeypatch.chdir(tmp_path)
     found = torch_probe.probe(sys.executable)
@@ -60,8 +61,14 @@ def test_gputui_doctor_in_a_directory_with_planted_modules(tmp_path: Path) -> No
     if not script.exists():
         pytest.skip("gputui is not installed as a console script here")
     marker = plant(tmp_path)
-    done = subprocess.run([str(script), "doctor", "--json"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [str(script), "doctor", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     assert not marker.exists(), marker.read_text()
     assert "Traceback" not in done.stderr, done.stderr
     found = [c["found"] for c in json.loads(done.stdout)["checks"] if c["area"] == "torch"]
@@ -72,8 +79,9 @@ def test_the_probe_still_honours_pythonpath(tmp_path: Path, monkeypatch: pytest.
     """PYTHONPATH is the user's own choice (some find torch that way): it stays on the probe's path."""
     site = tmp_path / "site"
     (site / "torch").mkdir(parents=True)
-    (site / "torch" / "__init__.py").write_text("__version__ = '9.9.9+from-pythonpath'\n"
-                                                "class version:\n    cuda = None\n    hip = None\n")
+    (site / "torch" / "__init__.py").write_text(
+        "__version__ = '9.9.9+from-pythonpath'\nclass version:\n    cuda = None\n    hip = None\n"
+    )
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     marker = plant(elsewhere)
@@ -97,10 +105,16 @@ def test_the_probe_leaves_no_directory_behind(tmp_path: Path, monkeypatch: pytes
 @pytest.fixture
 def hostile_process() -> Iterator[psutil.Process]:
     """A real process whose environment and command line carry terminal escapes (its owner chose them)."""
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "\x1b]0;owned\x07\x1b[2J"],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": HOSTILE,
-                              "CUDA_DEVICE_ORDER": "\x1b[31mPCI_BUS_ID"})
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", "\x1b]0;owned\x07\x1b[2J"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "CUDA_VISIBLE_DEVICES": HOSTILE,
+            "CUDA_DEVICE_ORDER": "\x1b[31mPCI_BUS_ID",
+        },
+    )
     try:
         proc = psutil.Process(p.pid)
         assert wait_until(lambda: any("owned" in a for a in proc.cmdline()), 10.0)
@@ -112,15 +126,29 @@ def hostile_process() -> Iterator[psutil.Process]:
 
 def hostile_python(directory: Path) -> str:
     """A Python (another user's virtualenv, say) whose torch says things with escapes in them."""
-    return printing(directory, {"python": "3.11\x1b[8m", "torch": "2.5.1+cu124\x1b]52;c;eA==\x07",
-                                "cuda": "12.4\x9b2J", "hip": None, "available": False, "device_count": 0,
-                                "arch_list": ["sm_90\x1b[0m"], "capabilities": [],
-                                "cuda_error": "RuntimeError: \x1b[2Jcleared", "warnings": ["\x07bell"]})
+    return printing(
+        directory,
+        {
+            "python": "3.11\x1b[8m",
+            "torch": "2.5.1+cu124\x1b]52;c;eA==\x07",
+            "cuda": "12.4\x9b2J",
+            "hip": None,
+            "available": False,
+            "device_count": 0,
+            "arch_list": ["sm_90\x1b[0m"],
+            "capabilities": [],
+            "cuda_error": "RuntimeError: \x1b[2Jcleared",
+            "warnings": ["\x07bell"],
+        },
+    )
 
 
-def test_doctor_pid_text_report_has_no_control_characters(tmp_path: Path, hostile_process: psutil.Process,
-                                                          healthy_machine: list[Path],  # noqa: F811
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_pid_text_report_has_no_control_characters(
+    tmp_path: Path,
+    hostile_process: psutil.Process,
+    healthy_machine: list[Path],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code = cli.main(["doctor", "--pid", str(hostile_process.pid), "--python", hostile_python(tmp_path)])
     out, err = capsys.readouterr()
     assert code == report.EXIT_PROBLEM and err == ""
@@ -133,9 +161,12 @@ def test_doctor_pid_text_report_has_no_control_characters(tmp_path: Path, hostil
     assert any("?[2Jcleared" in ln for ln in checks), checks
 
 
-def test_doctor_pid_json_report_has_no_control_characters(tmp_path: Path, hostile_process: psutil.Process,
-                                                          healthy_machine: list[Path],  # noqa: F811
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_pid_json_report_has_no_control_characters(
+    tmp_path: Path,
+    hostile_process: psutil.Process,
+    healthy_machine: list[Path],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     cli.main(["doctor", "--json", "--pid", str(hostile_process.pid), "--python", hostile_python(tmp_path)])
     out, _ = capsys.readouterr()
     doc = json.loads(out)
@@ -150,8 +181,9 @@ def test_a_check_is_printable_whatever_it_is_given() -> None:
     assert report.line(c).isprintable()
 
 
-def test_a_relative_python_is_found_from_where_the_doctor_runs(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_relative_python_is_found_from_where_the_doctor_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "venv").mkdir()
     printing(tmp_path / "venv", {"python": "3.11.7", "torch": "2.5.1+cu124", "cuda": "12.4"})
     monkeypatch.chdir(tmp_path)
@@ -159,16 +191,25 @@ def test_a_relative_python_is_found_from_where_the_doctor_runs(tmp_path: Path,
     assert found.error is None and found.torch == "2.5.1+cu124", found
 
 
-@pytest.mark.parametrize("doc", [
-    pytest.param({"torch": "2.5", "cuda": "12.4", "capabilities": [[1e308 * 10, 0], ["9", 0], [9, True]]},
-                 id="capabilities-not-small-ints"),
-    pytest.param({"torch": "2.5", "cuda": "12.4", "device_count": True, "available": "yes"},
-                 id="wrong-types"),
-    pytest.param({"torch": "x" * 100_000, "warnings": ["w" * 100_000] * 1000,
-                  "arch_list": ["sm_90"] * 10_000}, id="huge"),
-])
-def test_whatever_the_probe_prints_is_bounded_and_never_crashes(tmp_path: Path,
-                                                                doc: dict[str, object]) -> None:
+@pytest.mark.parametrize(
+    "doc",
+    [
+        pytest.param(
+            {"torch": "2.5", "cuda": "12.4", "capabilities": [[1e308 * 10, 0], ["9", 0], [9, True]]},
+            id="capabilities-not-small-ints",
+        ),
+        pytest.param(
+            {"torch": "2.5", "cuda": "12.4", "device_count": True, "available": "yes"}, id="wrong-types"
+        ),
+        pytest.param(
+            {"torch": "x" * 100_000, "warnings": ["w" * 100_000] * 1000, "arch_list": ["sm_90"] * 10_000},
+            id="huge",
+        ),
+    ],
+)
+def test_whatever_the_probe_prints_is_bounded_and_never_crashes(
+    tmp_path: Path, doc: dict[str, object]
+) -> None:
     found = torch_probe.probe(printing(tmp_path, {"python": "3.11.7", **doc}), env={"PATH": "/usr/bin:/bin"})
     assert found.error is None
     assert all(0 <= n < 1000 for cap in found.capabilities for n in cap)
@@ -178,7 +219,10 @@ def test_whatever_the_probe_prints_is_bounded_and_never_crashes(tmp_path: Path,
 
 
 def test_a_probe_answer_nested_too_deep_is_a_probe_that_failed(tmp_path: Path) -> None:
-    python = pythons.write(tmp_path, "python", "printf '%s' '{\"a\":'\n"
-                           "i=0; while [ $i -lt 200000 ]; do printf '['; i=$((i+1)); done; echo")
+    python = pythons.write(
+        tmp_path,
+        "python",
+        "printf '%s' '{\"a\":'\ni=0; while [ $i -lt 200000 ]; do printf '['; i=$((i+1)); done; echo",
+    )
     found = torch_probe.probe(python, env={"PATH": "/usr/bin:/bin"})
     assert found.error is not None and "could not run the probe" in found.error

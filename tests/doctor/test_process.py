@@ -83,9 +83,13 @@ class Spawner:
         self.forked: list[psutil.Process] = []  # grandchildren: zombies, holders, orphans
 
     def __call__(self, *names: str, env: dict[str, str] | None = None) -> Child:
-        p = subprocess.Popen([sys.executable, "-c", CHILD, *(str(self.devices / n) for n in names)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             env=env if env is not None else env_without_cvd())
+        p = subprocess.Popen(
+            [sys.executable, "-c", CHILD, *(str(self.devices / n) for n in names)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env if env is not None else env_without_cvd(),
+        )
         child = Child(p)
         self.children.append(child)
         assert p.stdout is not None
@@ -134,17 +138,39 @@ def spawn(devices: Path) -> Iterator[Spawner]:
 
 
 GPUS = (
-    GpuFact(0, "NVIDIA A100-SXM4-80GB", "GPU-aaaaaaaa-0000", "00000000:07:00.0", minor=0, mig=False,
-            capability=(8, 0), sm_clock_max=1410),
-    GpuFact(1, "NVIDIA A100-SXM4-80GB", "GPU-bbbbbbbb-1111", "00000000:0F:00.0", minor=1, mig=False,
-            capability=(8, 0), sm_clock_max=1410),
+    GpuFact(
+        0,
+        "NVIDIA A100-SXM4-80GB",
+        "GPU-aaaaaaaa-0000",
+        "00000000:07:00.0",
+        minor=0,
+        mig=False,
+        capability=(8, 0),
+        sm_clock_max=1410,
+    ),
+    GpuFact(
+        1,
+        "NVIDIA A100-SXM4-80GB",
+        "GPU-bbbbbbbb-1111",
+        "00000000:0F:00.0",
+        minor=1,
+        mig=False,
+        capability=(8, 0),
+        sm_clock_max=1410,
+    ),
 )
 
 
 def system(*procs: GpuProcess) -> SystemFacts:
-    return SystemFacts(kernel_module="550.54.14", library="/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
-                       driver_version="550.54.14", cuda_version="12.4", gpus=GPUS, processes=procs,
-                       device_files={f"/dev/{n}": "ok" for n in DEVICE_NAMES})
+    return SystemFacts(
+        kernel_module="550.54.14",
+        library="/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+        driver_version="550.54.14",
+        cuda_version="12.4",
+        gpus=GPUS,
+        processes=procs,
+        device_files={f"/dev/{n}": "ok" for n in DEVICE_NAMES},
+    )
 
 
 def listed(pid: int, gpu: int = 0, used: int | None = 10 * GIB) -> GpuProcess:
@@ -246,12 +272,15 @@ def test_its_cuda_visible_devices_unset_sees_all_gpus(devices: Path, spawn: Spaw
     child = spawn("nvidiactl", "nvidia0", env=env_without_cvd())
     p, checks = examine(child.pid, system(listed(child.pid)), devices)
     assert p.environ is not None and "CUDA_VISIBLE_DEVICES" not in p.environ
-    assert Check("process", OK, f"pid {child.pid}: its CUDA_VISIBLE_DEVICES is unset: CUDA sees all 2 GPUs") \
+    assert (
+        Check("process", OK, f"pid {child.pid}: its CUDA_VISIBLE_DEVICES is unset: CUDA sees all 2 GPUs")
         in checks
+    )
 
 
-def test_the_test_processes_own_environment_does_not_leak_in(devices: Path, spawn: Spawner,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_test_processes_own_environment_does_not_leak_in(
+    devices: Path, spawn: Spawner, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The child's environment is read from /proc/PID/environ, not taken from the doctor's own."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     child = spawn(env=env_without_cvd(CUDA_VISIBLE_DEVICES="1"))
@@ -287,8 +316,9 @@ def test_holds_device_files_but_nvml_lists_no_memory(devices: Path, spawn: Spawn
     assert p.memory == {0: None}
     assert p.category == classify.OK
     warnings = [c for c in checks if c.status == WARNING]
-    assert [c.found for c in warnings] == [f"pid {child.pid} holds device files but NVML lists no GPU memory "
-                                          "for it"]
+    assert [c.found for c in warnings] == [
+        f"pid {child.pid} holds device files but NVML lists no GPU memory for it"
+    ]
     assert "container" in warnings[0].fix
     assert not any("uses" in f for f in lines(checks, OK))
     assert lines(checks, PROBLEM) == []
@@ -335,8 +365,9 @@ def test_not_idle_long_enough_for_a_warning(devices: Path, spawn: Spawner, secon
 def test_idle_is_not_asked_without_gpu_memory(devices: Path, spawn: Spawner) -> None:
     child = spawn("nvidiactl", "nvidia0")
     asked: list[dict[int, int | None]] = []
-    p, checks = examine(child.pid, system(listed(child.pid, used=None)), devices,
-                        idle_s=lambda m: asked.append(m) or 3600.0)
+    p, checks = examine(
+        child.pid, system(listed(child.pid, used=None)), devices, idle_s=lambda m: asked.append(m) or 3600.0
+    )
     assert asked == [] and p.idle_s is None
     assert not any("0%" in c.found for c in checks)
 
@@ -371,23 +402,30 @@ def test_a_defunct_process_is_a_problem(devices: Path, spawn: Spawner, nvml_list
 def test_an_orphan_holder_is_a_problem(devices: Path, spawn: Spawner) -> None:
     parent = spawn("nvidiactl", "nvidia0")
     orphan = spawn.fork(parent, "fork-holder")
-    assert wait_until(lambda: process.gather(orphan, system(), devices, agent=no_agent).devices
-                      == held(devices, "nvidia0", "nvidiactl"), TIMEOUT)
+    assert wait_until(
+        lambda: (
+            process.gather(orphan, system(), devices, agent=no_agent).devices
+            == held(devices, "nvidia0", "nvidiactl")
+        ),
+        TIMEOUT,
+    )
     parent.popen.kill()  # its parent goes: it is reparented to init (or a subreaper)
     parent.popen.wait(timeout=TIMEOUT)
     assert wait_until(lambda: psutil.Process(orphan).ppid() != parent.pid, TIMEOUT)
     adopter = psutil.Process(orphan).ppid()
     if adopter != 1 and psutil.Process(adopter).name() not in classify.SUBREAPERS:
-        pytest.skip(f"adopted by pid {adopter} ({psutil.Process(adopter).name()}), a subreaper "
-                    "gputui does not know")
+        pytest.skip(
+            f"adopted by pid {adopter} ({psutil.Process(adopter).name()}), a subreaper gputui does not know"
+        )
 
     p, checks = examine(orphan, system(), devices)
     assert p.devices == held(devices, "nvidia0", "nvidiactl")
     assert p.category == classify.ORPHAN
     orphans = [c for c in checks if c.status == PROBLEM]
     assert len(orphans) == 1
-    assert orphans[0].found.startswith(f"pid {orphan} is orphan: holds /dev/nvidia0; "
-                                       f"parent gone (now {adopter}")
+    assert orphans[0].found.startswith(
+        f"pid {orphan} is orphan: holds /dev/nvidia0; parent gone (now {adopter}"
+    )
     assert "not in NVML's list" in orphans[0].found
     assert orphans[0].fix == "its parent is gone: kill it (gputui, k) to free the GPU"
     assert f"pid {orphan} holds device files but NVML lists no GPU memory for it" in lines(checks, WARNING)
@@ -398,8 +436,13 @@ def test_a_data_loader_worker_is_no_problem(devices: Path, spawn: Spawner) -> No
     parent = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
     worker = spawn.fork(parent, "fork-holder")
     facts = system(listed(parent.pid))
-    assert wait_until(lambda: process.gather(worker, facts, devices, agent=no_agent).devices
-                      == held(devices, "nvidia-uvm", "nvidia0", "nvidiactl"), TIMEOUT)
+    assert wait_until(
+        lambda: (
+            process.gather(worker, facts, devices, agent=no_agent).devices
+            == held(devices, "nvidia-uvm", "nvidia0", "nvidiactl")
+        ),
+        TIMEOUT,
+    )
     p, checks = examine(worker, facts, devices)
     assert p.category == classify.WORKER
     assert lines(checks, PROBLEM) == []
@@ -454,29 +497,45 @@ def test_input_bound_from_the_agent(devices: Path, spawn: Spawner) -> None:
 
 def test_not_input_bound(devices: Path, spawn: Spawner) -> None:
     child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
-    p, checks = examine(child.pid, system(listed(child.pid)), devices,
-                        agent=lambda pid: report(pid, agent_reply()))
+    p, checks = examine(
+        child.pid, system(listed(child.pid)), devices, agent=lambda pid: report(pid, agent_reply())
+    )
     assert p.wait_share == pytest.approx(0.071)
     assert f"pid {child.pid} waits for data 7% of step time" in lines(checks, OK)
     assert lines(checks, WARNING) == [] and lines(checks, PROBLEM) == []
 
 
-@pytest.mark.parametrize("reply", [
-    agent_reply(share="n/a"),
-    agent_reply(progress="n/a"),
-    agent_reply(share=True),
-    agent_reply(share=None),
-    agent_reply(progress=[0.9]),
-    {"v": 1, "ok": False, "error": "busy"},
-    ["not", "a", "dict"],
-    None,
-], ids=["share-string", "progress-string", "share-bool", "share-null", "progress-list", "no-progress",
-        "reply-list", "no-agent"])
-def test_a_malformed_agent_reply_gives_no_data_loader_line(devices: Path, spawn: Spawner,
-                                                           reply: Any) -> None:
+@pytest.mark.parametrize(
+    "reply",
+    [
+        agent_reply(share="n/a"),
+        agent_reply(progress="n/a"),
+        agent_reply(share=True),
+        agent_reply(share=None),
+        agent_reply(progress=[0.9]),
+        {"v": 1, "ok": False, "error": "busy"},
+        ["not", "a", "dict"],
+        None,
+    ],
+    ids=[
+        "share-string",
+        "progress-string",
+        "share-bool",
+        "share-null",
+        "progress-list",
+        "no-progress",
+        "reply-list",
+        "no-agent",
+    ],
+)
+def test_a_malformed_agent_reply_gives_no_data_loader_line(devices: Path, spawn: Spawner, reply: Any) -> None:
     child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
-    p, checks = examine(child.pid, system(listed(child.pid)), devices,
-                        agent=lambda pid: None if reply is None else report(pid, reply))
+    p, checks = examine(
+        child.pid,
+        system(listed(child.pid)),
+        devices,
+        agent=lambda pid: None if reply is None else report(pid, reply),
+    )
     assert p.wait_share is None
     assert not any("data" in c.found for c in checks)
     assert lines(checks, WARNING) == [] and lines(checks, PROBLEM) == []
@@ -511,8 +570,9 @@ def test_a_process_that_has_ended(devices: Path, spawn: Spawner) -> None:
 
 
 def made(**kw: Any) -> ProcessFacts:
-    base: dict[str, Any] = dict(pid=4242, command="python train.py", devices=("/dev/nvidia0",),
-                                environ={}, memory={0: GIB})
+    base: dict[str, Any] = dict(
+        pid=4242, command="python train.py", devices=("/dev/nvidia0",), environ={}, memory={0: GIB}
+    )
     base.update(kw)
     return ProcessFacts(**base)
 
@@ -528,8 +588,9 @@ def test_an_unreadable_environment_is_a_warning() -> None:
 
 def test_unreadable_open_files_are_a_warning() -> None:
     checks = process.checks(made(devices=None), system())
-    assert checks[0] == Check("process", WARNING, "pid 4242: its open files are not readable",
-                              "run the doctor as its user or root")
+    assert checks[0] == Check(
+        "process", WARNING, "pid 4242: its open files are not readable", "run the doctor as its user or root"
+    )
     assert lines(checks, PROBLEM) == []  # not "never initialized CUDA": unknown is not none
 
 
@@ -539,8 +600,12 @@ def test_no_gpus_means_no_cuda_visible_devices_line() -> None:
 
 
 def test_a_worker_class_is_no_problem_but_others_are() -> None:
-    assert lines(process.checks(made(category=classify.WORKER, reason="child of a GPU process"), system()),
-                 PROBLEM) == []
+    assert (
+        lines(
+            process.checks(made(category=classify.WORKER, reason="child of a GPU process"), system()), PROBLEM
+        )
+        == []
+    )
     no_access = made(category=classify.NO_PERMISSION, reason="cannot read /proc/PID/fd")
     checks = process.checks(no_access, system())
     (p,) = [c for c in checks if c.status == PROBLEM]

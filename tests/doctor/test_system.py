@@ -18,10 +18,14 @@ from gputui.doctor.facts import GpuFact, SystemFacts
 from gputui.doctor.report import OK, PROBLEM, WARNING, Check
 from tests.collect.fake_nvml import FakeNvml
 
-NVRM = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
-        "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
-NVRM_OPEN = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build  "
-             "(dvs-builder@U16-I3-B03-4-3)  Fri Aug 16 21:22:33 UTC 2024\n")
+NVRM = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+    "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
+)
+NVRM_OPEN = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build  "
+    "(dvs-builder@U16-I3-B03-4-3)  Fri Aug 16 21:22:33 UTC 2024\n"
+)
 LIBRARY = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"
 MAPS = (
     "5581c2a4f000-5581c2a51000 r--p 00000000 fd:01 1835019                    /usr/bin/python3.11\n"
@@ -37,8 +41,9 @@ MAPS = (
 # -- the fake machine -------------------------------------------------------------------------------------
 
 
-def machine(tmp_path: Path, version: str | None = NVRM, sys_module: bool = True,
-            dev: dict[str, int] | None = None) -> Path:
+def machine(
+    tmp_path: Path, version: str | None = NVRM, sys_module: bool = True, dev: dict[str, int] | None = None
+) -> Path:
     """A machine root: the driver's version file (None: none), /sys/module/nvidia, and /dev files as
     plain files with the given modes (default: nvidiactl, nvidia-uvm and the fake's GPUs' minors 7, 6)."""
     root = tmp_path / "root"
@@ -48,8 +53,9 @@ def machine(tmp_path: Path, version: str | None = NVRM, sys_module: bool = True,
         (root / "proc/driver/nvidia/version").write_text(version)
     if sys_module:
         (root / "sys/module/nvidia").mkdir(parents=True)
-    files = {"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia7": 0o666, "nvidia6": 0o666} if dev is None \
-        else dev
+    files = (
+        {"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia7": 0o666, "nvidia6": 0o666} if dev is None else dev
+    )
     for name, mode in files.items():
         (root / "dev" / name).write_bytes(b"")
         (root / "dev" / name).chmod(mode)
@@ -157,10 +163,12 @@ def test_healthy_machine_every_driver_check_ok(fake: FakeNvml, tmp_path: Path, m
     assert checks[3].found == "4 /dev/nvidia* files, readable and writable by this user"
 
 
-@pytest.mark.parametrize(("reported", "shown"), [(12040, "12.4"), (12080, "12.8"), (11080, "11.8"),
-                                                   (13000, "13.0")])
-def test_cuda_version_from_the_driver(fake: FakeNvml, tmp_path: Path, maps: Path, reported: int,
-                                      shown: str) -> None:
+@pytest.mark.parametrize(
+    ("reported", "shown"), [(12040, "12.4"), (12080, "12.8"), (11080, "11.8"), (13000, "13.0")]
+)
+def test_cuda_version_from_the_driver(
+    fake: FakeNvml, tmp_path: Path, maps: Path, reported: int, shown: str
+) -> None:
     fake.cuda_version = reported
     fake.driver_version = "570.86.10"
     checks = checks_system.driver(gathered(fake, machine(tmp_path), maps))
@@ -191,22 +199,44 @@ def test_library_unknown_when_not_in_the_maps(fake: FakeNvml, tmp_path: Path) ->
 
 INIT_FAILURES = [
     (pynvml.NVMLError_LibraryNotFound, "library", "libnvidia-ml.so.1 cannot be loaded", INSTALL_DRIVER),
-    (pynvml.NVMLError_DriverNotLoaded, "driver", "libnvidia-ml is installed but the driver is not loaded",
-     "`sudo modprobe nvidia`"),
-    (pynvml.NVMLError_NoPermission, "permission", "NVML: no permission to use the driver",
-     "permissions of /dev/nvidia*"),
+    (
+        pynvml.NVMLError_DriverNotLoaded,
+        "driver",
+        "libnvidia-ml is installed but the driver is not loaded",
+        "`sudo modprobe nvidia`",
+    ),
+    (
+        pynvml.NVMLError_NoPermission,
+        "permission",
+        "NVML: no permission to use the driver",
+        "permissions of /dev/nvidia*",
+    ),
     (pynvml.NVMLError_LibRmVersionMismatch, "mismatch", "driver/library version mismatch", "reboot"),
     (pynvml.NVMLError_Unknown, "other", "NVML failed to start: Unknown Error", "nvidia-smi"),
-    (OSError("libnvidia-ml.so.1: cannot open shared object file: No such file or directory"), "library",
-     "libnvidia-ml.so.1 cannot be loaded", INSTALL_DRIVER),
+    (
+        OSError("libnvidia-ml.so.1: cannot open shared object file: No such file or directory"),
+        "library",
+        "libnvidia-ml.so.1 cannot be loaded",
+        INSTALL_DRIVER,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("error", "kind", "found", "fix"), INIT_FAILURES,
-                         ids=["LibraryNotFound", "DriverNotLoaded", "NoPermission", "LibRmVersionMismatch",
-                              "Unknown", "OSError"])
-def test_nvml_init_failure(fake: FakeNvml, tmp_path: Path, maps: Path, monkeypatch: pytest.MonkeyPatch,
-                           error: Any, kind: str, found: str, fix: str) -> None:
+@pytest.mark.parametrize(
+    ("error", "kind", "found", "fix"),
+    INIT_FAILURES,
+    ids=["LibraryNotFound", "DriverNotLoaded", "NoPermission", "LibRmVersionMismatch", "Unknown", "OSError"],
+)
+def test_nvml_init_failure(
+    fake: FakeNvml,
+    tmp_path: Path,
+    maps: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    error: Any,
+    kind: str,
+    found: str,
+    fix: str,
+) -> None:
     monkeypatch.setattr(facts.ctypes.util, "find_library", lambda name: None)
     fake.init_error = error
     f = gathered(fake, machine(tmp_path), maps)
@@ -222,10 +252,12 @@ def test_nvml_init_failure(fake: FakeNvml, tmp_path: Path, maps: Path, monkeypat
     assert checks_system.gpus(f) == []  # nothing to say about GPUs NVML could not list
 
 
-def test_library_not_found_names_the_candidates(fake: FakeNvml, tmp_path: Path, maps: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(facts.ctypes.util, "find_library",
-                        lambda name: "libnvidia-ml.so.1" if name == "nvidia-ml" else None)
+def test_library_not_found_names_the_candidates(
+    fake: FakeNvml, tmp_path: Path, maps: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        facts.ctypes.util, "find_library", lambda name: "libnvidia-ml.so.1" if name == "nvidia-ml" else None
+    )
     fake.init_error = pynvml.NVMLError_LibraryNotFound
     f = gathered(fake, machine(tmp_path), maps)
     assert f.library_candidates == ("libnvidia-ml.so.1",)
@@ -244,8 +276,9 @@ def test_nvml_failing_after_init_is_other(fake: FakeNvml, tmp_path: Path, maps: 
 
 def test_device_files_checked_even_when_nvml_fails(fake: FakeNvml, tmp_path: Path, maps: Path) -> None:
     fake.init_error = pynvml.NVMLError_LibraryNotFound
-    root = machine(tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia0": 0o666,
-                                  "nvidia1": 0o666})
+    root = machine(
+        tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia0": 0o666, "nvidia1": 0o666}
+    )
     f = gathered(fake, root, maps)
     assert sorted(Path(p).name for p in f.device_files) == ["nvidia-uvm", "nvidia0", "nvidia1", "nvidiactl"]
     assert device_check(f).status == OK
@@ -256,24 +289,31 @@ def test_device_files_checked_even_when_nvml_fails(fake: FakeNvml, tmp_path: Pat
 
 def test_device_files_named_by_minor_number(fake: FakeNvml, tmp_path: Path, maps: Path) -> None:
     # The fake's GPUs have minors 7 and 6, not their NVML indices: /dev/nvidia0 is not theirs.
-    root = machine(tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia0": 0o666,
-                                  "nvidia1": 0o666})
+    root = machine(
+        tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia0": 0o666, "nvidia1": 0o666}
+    )
     f = gathered(fake, root, maps)
     assert [(g.index, g.minor) for g in f.gpus] == [(0, 7), (1, 6)]
-    assert f.device_files == {str(root / "dev/nvidiactl"): "ok", str(root / "dev/nvidia-uvm"): "ok",
-                              str(root / "dev/nvidia7"): "missing", str(root / "dev/nvidia6"): "missing"}
+    assert f.device_files == {
+        str(root / "dev/nvidiactl"): "ok",
+        str(root / "dev/nvidia-uvm"): "ok",
+        str(root / "dev/nvidia7"): "missing",
+        str(root / "dev/nvidia6"): "missing",
+    }
     check = device_check(f)
     assert check.status == PROBLEM
     assert check.found == f"missing: {root / 'dev/nvidia7'}, {root / 'dev/nvidia6'}"
     assert "nvidia-modprobe -c=0" in check.fix and "-u" not in check.fix
 
 
-def test_device_files_minor_unknown_falls_back_to_the_index(fake: FakeNvml, tmp_path: Path,
-                                                            maps: Path) -> None:
+def test_device_files_minor_unknown_falls_back_to_the_index(
+    fake: FakeNvml, tmp_path: Path, maps: Path
+) -> None:
     for g in fake.gpus:
         g.minor = None  # nvmlDeviceGetMinorNumber not supported
-    root = machine(tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia0": 0o666,
-                                  "nvidia1": 0o666})
+    root = machine(
+        tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia0": 0o666, "nvidia1": 0o666}
+    )
     f = gathered(fake, root, maps)
     assert sorted(Path(p).name for p in f.device_files) == ["nvidia-uvm", "nvidia0", "nvidia1", "nvidiactl"]
     assert device_check(f).status == OK
@@ -296,11 +336,13 @@ def test_nvidia_uvm_missing(fake: FakeNvml, tmp_path: Path, maps: Path) -> None:
     assert "CUDA cannot start without it" in check.fix
 
 
-def test_device_file_without_access_for_this_user(fake: FakeNvml, tmp_path: Path, maps: Path,
-                                                  as_other_user: None) -> None:
+def test_device_file_without_access_for_this_user(
+    fake: FakeNvml, tmp_path: Path, maps: Path, as_other_user: None
+) -> None:
     # /dev/nvidia6 is crw-rw---- root:video and this user is not in the group.
-    root = machine(tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia7": 0o666,
-                                  "nvidia6": 0o660})
+    root = machine(
+        tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia7": 0o666, "nvidia6": 0o660}
+    )
     f = gathered(fake, root, maps)
     assert f.device_files[str(root / "dev/nvidia6")] == "no access"
     assert f.device_files[str(root / "dev/nvidia7")] == "ok"
@@ -310,17 +352,20 @@ def test_device_file_without_access_for_this_user(fake: FakeNvml, tmp_path: Path
     assert "group" in check.fix and "ls -l /dev/nvidia*" in check.fix
 
 
-def test_device_file_readable_but_not_writable_is_no_access(fake: FakeNvml, tmp_path: Path, maps: Path,
-                                                            as_other_user: None) -> None:
-    root = machine(tmp_path, dev={"nvidiactl": 0o644, "nvidia-uvm": 0o666, "nvidia7": 0o666,
-                                  "nvidia6": 0o666})
+def test_device_file_readable_but_not_writable_is_no_access(
+    fake: FakeNvml, tmp_path: Path, maps: Path, as_other_user: None
+) -> None:
+    root = machine(
+        tmp_path, dev={"nvidiactl": 0o644, "nvidia-uvm": 0o666, "nvidia7": 0o666, "nvidia6": 0o666}
+    )
     f = gathered(fake, root, maps)
     assert f.device_files[str(root / "dev/nvidiactl")] == "no access"
     assert device_check(f).status == PROBLEM
 
 
-def test_denied_is_reported_before_missing(fake: FakeNvml, tmp_path: Path, maps: Path,
-                                           as_other_user: None) -> None:
+def test_denied_is_reported_before_missing(
+    fake: FakeNvml, tmp_path: Path, maps: Path, as_other_user: None
+) -> None:
     root = machine(tmp_path, dev={"nvidiactl": 0o600, "nvidia7": 0o666, "nvidia6": 0o666})
     check = device_check(gathered(fake, root, maps))
     assert check.found.startswith("this user cannot open") and "nvidiactl" in check.found
@@ -328,8 +373,9 @@ def test_denied_is_reported_before_missing(fake: FakeNvml, tmp_path: Path, maps:
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root opens any file whatever its mode: os.access is True")
 def test_device_file_without_access_real_modes(fake: FakeNvml, tmp_path: Path, maps: Path) -> None:
-    root = machine(tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia7": 0o000,
-                                  "nvidia6": 0o666})
+    root = machine(
+        tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia7": 0o000, "nvidia6": 0o666}
+    )
     f = gathered(fake, root, maps)
     assert f.device_files[str(root / "dev/nvidia7")] == "no access"
     assert device_check(f).status == PROBLEM
@@ -361,19 +407,22 @@ def test_gpus_visible_and_mig_off(fake: FakeNvml, tmp_path: Path, maps: Path) ->
     f = gathered(fake, machine(tmp_path), maps)
     assert [(g.index, g.name, g.capability, g.mig, g.lost) for g in f.gpus] == [
         (0, "NVIDIA H100 80GB HBM3", (9, 0), False, False),
-        (1, "NVIDIA A100-SXM4-80GB", (8, 0), False, False)]
+        (1, "NVIDIA A100-SXM4-80GB", (8, 0), False, False),
+    ]
     assert f.gpus[0].uuid == fake.gpus[0].uuid and f.gpus[1].pci_bus_id == fake.gpus[1].pci_bus_id
     assert f.gpus[0].sm_clock_max == 1980
     checks = checks_system.gpus(f)
     assert checks == [
         Check("gpus", OK, "2 GPUs visible to NVML: NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3"),
-        Check("gpus", OK, "MIG mode off")]
+        Check("gpus", OK, "MIG mode off"),
+    ]
 
 
 def test_one_gpu_singular(fake: FakeNvml, tmp_path: Path, maps: Path) -> None:
     fake.gpus.pop()
-    f = gathered(fake, machine(tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia7": 0o666}),
-                 maps)
+    f = gathered(
+        fake, machine(tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia7": 0o666}), maps
+    )
     assert checks_system.gpus(f)[0].found == "1 GPU visible to NVML: NVIDIA H100 80GB HBM3"
 
 
@@ -404,12 +453,13 @@ def test_a_lost_gpu_among_several(fake: FakeNvml, tmp_path: Path, maps: Path) ->
     assert checks[-1] == Check("gpus", OK, "MIG mode off")
 
 
-def test_a_lost_gpu_does_not_invent_a_missing_device_file(fake: FakeNvml, tmp_path: Path,
-                                                          maps: Path) -> None:
+def test_a_lost_gpu_does_not_invent_a_missing_device_file(fake: FakeNvml, tmp_path: Path, maps: Path) -> None:
     fake.gpus.append(fake.gpus[0].__class__(2))  # minors 7, 6, 5
     fake.fail(1, "nvmlDeviceGetHandleByIndex", pynvml.NVMLError_GpuIsLost)
-    root = machine(tmp_path, dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia7": 0o666,
-                                  "nvidia6": 0o666, "nvidia5": 0o666})
+    root = machine(
+        tmp_path,
+        dev={"nvidiactl": 0o666, "nvidia-uvm": 0o666, "nvidia7": 0o666, "nvidia6": 0o666, "nvidia5": 0o666},
+    )
     check = device_check(gathered(fake, root, maps))
     assert check.status == OK, check
 
@@ -441,8 +491,9 @@ def test_capability_unsupported_is_none(fake: FakeNvml, tmp_path: Path, maps: Pa
 
 
 def test_gpus_silent_when_nvml_failed() -> None:
-    f = SystemFacts(kernel_module="550.54.15", nvml_error="driver",
-                    gpus=(GpuFact(0, "NVIDIA H100 80GB HBM3"),))
+    f = SystemFacts(
+        kernel_module="550.54.15", nvml_error="driver", gpus=(GpuFact(0, "NVIDIA H100 80GB HBM3"),)
+    )
     assert checks_system.gpus(f) == []
 
 

@@ -21,30 +21,49 @@ from tests.doctor.pythons import ARCHS_CU121, torch_doc
 
 INDEX = "pip install torch --index-url https://download.pytorch.org/whl/"
 NO_KERNEL = "no kernel image is available for execution on the device"
-DRIVER_TOO_OLD = ("CUDA initialization: The NVIDIA driver on your system is too old (found version 11040). "
-                  "Please update your GPU driver by downloading and installing a new version from the URL: "
-                  "http://www.nvidia.com/Download/index.aspx")
+DRIVER_TOO_OLD = (
+    "CUDA initialization: The NVIDIA driver on your system is too old (found version 11040). "
+    "Please update your GPU driver by downloading and installing a new version from the URL: "
+    "http://www.nvidia.com/Download/index.aspx"
+)
 
 
-def gpu(index: int = 0, name: str = "NVIDIA H100 80GB HBM3", capability: tuple[int, int] | None = (9, 0),
-        clock: int = 1980) -> GpuFact:
-    return GpuFact(index, name, f"GPU-{index:08x}-1111-2222-3333-444455550000",
-                   f"00000000:{0x1B + 0x10 * index:02X}:00.0", minor=index, mig=False, capability=capability,
-                   sm_clock_max=clock)
+def gpu(
+    index: int = 0,
+    name: str = "NVIDIA H100 80GB HBM3",
+    capability: tuple[int, int] | None = (9, 0),
+    clock: int = 1980,
+) -> GpuFact:
+    return GpuFact(
+        index,
+        name,
+        f"GPU-{index:08x}-1111-2222-3333-444455550000",
+        f"00000000:{0x1B + 0x10 * index:02X}:00.0",
+        minor=index,
+        mig=False,
+        capability=capability,
+        sm_clock_max=clock,
+    )
 
 
-def system(cuda: str | None = "12.4", gpus: tuple[GpuFact, ...] | None = None,
-           nvml_error: str | None = None) -> SystemFacts:
+def system(
+    cuda: str | None = "12.4", gpus: tuple[GpuFact, ...] | None = None, nvml_error: str | None = None
+) -> SystemFacts:
     gpus = (gpu(0),) if gpus is None else gpus
-    return SystemFacts(kernel_module="550.54.15", nvml_error=nvml_error, library="/usr/lib/libnvidia-ml.so.1",
-                       driver_version="550.54.15" if nvml_error is None else None,
-                       cuda_version=cuda if nvml_error is None else None,
-                       gpus=gpus if nvml_error is None else (),
-                       device_files={"/dev/nvidiactl": "ok", "/dev/nvidia-uvm": "ok", "/dev/nvidia0": "ok"})
+    return SystemFacts(
+        kernel_module="550.54.15",
+        nvml_error=nvml_error,
+        library="/usr/lib/libnvidia-ml.so.1",
+        driver_version="550.54.15" if nvml_error is None else None,
+        cuda_version=cuda if nvml_error is None else None,
+        gpus=gpus if nvml_error is None else (),
+        device_files={"/dev/nvidiactl": "ok", "/dev/nvidia-uvm": "ok", "/dev/nvidia0": "ok"},
+    )
 
 
-def judged(tmp_path: Path, doc: dict, sys_facts: SystemFacts | None = None,
-           seen: tuple[GpuFact, ...] | None = None) -> list[Check]:
+def judged(
+    tmp_path: Path, doc: dict, sys_facts: SystemFacts | None = None, seen: tuple[GpuFact, ...] | None = None
+) -> list[Check]:
     """The torch checks for a Python whose probe prints `doc`."""
     sys_facts = sys_facts or system()
     facts = probe(pythons.printing(tmp_path, doc))
@@ -67,8 +86,16 @@ def test_probe_reads_the_json_line(tmp_path: Path) -> None:
     doc = torch_doc(device_count=2, capabilities=[[9, 0], [8, 0]], warnings=["a warning"])
     python = pythons.printing(tmp_path, doc)
     assert probe(python) == TorchFacts(
-        python, torch="2.3.0+cu121", cuda="12.1", hip=None, available=True, device_count=2,
-        arch_list=tuple(ARCHS_CU121), capabilities=((9, 0), (8, 0)), warnings=("a warning",))
+        python,
+        torch="2.3.0+cu121",
+        cuda="12.1",
+        hip=None,
+        available=True,
+        device_count=2,
+        arch_list=tuple(ARCHS_CU121),
+        capabilities=((9, 0), (8, 0)),
+        warnings=("a warning",),
+    )
 
 
 def test_probe_runs_python_dash_c_probe_with_the_env(tmp_path: Path) -> None:
@@ -88,8 +115,9 @@ def test_probe_uses_this_environment_by_default(tmp_path: Path, monkeypatch: pyt
 
 def test_probe_skips_noise_before_the_json_line(tmp_path: Path) -> None:
     # A sitecustomize that logs JSON of its own: the probe's line is the last one.
-    python = pythons.printing(tmp_path, torch_doc(torch="2.4.1"),
-                              before='Welcome to conda\n{"event": "sitecustomize loaded"}')
+    python = pythons.printing(
+        tmp_path, torch_doc(torch="2.4.1"), before='Welcome to conda\n{"event": "sitecustomize loaded"}'
+    )
     assert probe(python).torch == "2.4.1"
 
 
@@ -100,9 +128,16 @@ def test_probe_torch_not_importable(tmp_path: Path) -> None:
 
 
 def test_probe_tolerates_odd_values(tmp_path: Path) -> None:
-    doc = {"python": "3.12.0", "torch": "2.5.0", "cuda": 12.4, "available": "yes", "device_count": "2",
-           "arch_list": ["sm_90", 90, None], "capabilities": [[9, 0], [8], "9.0", [8, 6]],
-           "warnings": ["real one", 3]}
+    doc = {
+        "python": "3.12.0",
+        "torch": "2.5.0",
+        "cuda": 12.4,
+        "available": "yes",
+        "device_count": "2",
+        "arch_list": ["sm_90", 90, None],
+        "capabilities": [[9, 0], [8], "9.0", [8, 6]],
+        "warnings": ["real one", 3],
+    }
     facts = probe(pythons.printing(tmp_path, doc))
     assert facts.error is None
     assert (facts.torch, facts.cuda, facts.available, facts.device_count) == ("2.5.0", None, None, None)
@@ -119,11 +154,19 @@ def test_probe_no_such_python(tmp_path: Path) -> None:
 
 
 def test_probe_python_that_crashes(tmp_path: Path) -> None:
-    python = pythons.crashing(tmp_path, ["Traceback (most recent call last):", '  File "<string>", line 5',
-                                         "ImportError: libcudart.so.12: cannot open shared object file"])
+    python = pythons.crashing(
+        tmp_path,
+        [
+            "Traceback (most recent call last):",
+            '  File "<string>", line 5',
+            "ImportError: libcudart.so.12: cannot open shared object file",
+        ],
+    )
     facts = probe(python)
-    assert facts.error == f"{python} could not run the probe: ImportError: libcudart.so.12: cannot open " \
-                          "shared object file"
+    assert (
+        facts.error == f"{python} could not run the probe: ImportError: libcudart.so.12: cannot open "
+        "shared object file"
+    )
 
 
 def test_probe_python_that_dies_silently(tmp_path: Path) -> None:
@@ -176,8 +219,9 @@ def test_cpu_only_build_is_a_problem(tmp_path: Path, driver: str, wheel: str) ->
 
 
 def test_cpu_only_build_with_the_driver_unknown(tmp_path: Path) -> None:
-    checks = judged(tmp_path, torch_doc(torch="2.13.0+cpu", cuda=None, available=False),
-                    system(nvml_error="library"))
+    checks = judged(
+        tmp_path, torch_doc(torch="2.13.0+cpu", cuda=None, available=False), system(nvml_error="library")
+    )
     assert problems(checks)[0].fix == f"{INDEX}cu126"
 
 
@@ -189,12 +233,14 @@ def test_rocm_build_is_a_problem(tmp_path: Path) -> None:
 
 
 def test_cuda_newer_major_than_the_driver_is_a_problem(tmp_path: Path) -> None:
-    checks = judged(tmp_path, torch_doc(torch="2.9.0+cu130", cuda="13.0", available=False,
-                                        warnings=[DRIVER_TOO_OLD]))
+    checks = judged(
+        tmp_path, torch_doc(torch="2.9.0+cu130", cuda="13.0", available=False, warnings=[DRIVER_TOO_OLD])
+    )
     c = checks[1]
     assert c.status == PROBLEM
-    assert c.found == ("torch is built with CUDA 13.0, the driver supports only up to 12.4: "
-                       "CUDA cannot start")
+    assert c.found == (
+        "torch is built with CUDA 13.0, the driver supports only up to 12.4: CUDA cannot start"
+    )
     assert "upgrade the NVIDIA driver" in c.fix and f"{INDEX}cu124" in c.fix
 
 
@@ -229,8 +275,11 @@ def test_not_available_carries_the_driver_warning(tmp_path: Path) -> None:
 
 
 def test_not_available_prefers_the_cuda_error(tmp_path: Path) -> None:
-    doc = torch_doc(available=False, warnings=[DRIVER_TOO_OLD],
-                    cuda_error="RuntimeError: CUDA driver initialization failed")
+    doc = torch_doc(
+        available=False,
+        warnings=[DRIVER_TOO_OLD],
+        cuda_error="RuntimeError: CUDA driver initialization failed",
+    )
     c = problems(judged(tmp_path, doc))[0]
     assert c.found == "torch.cuda.is_available() is False: RuntimeError: CUDA driver initialization failed"
 
@@ -292,12 +341,16 @@ def test_missing_arch_from_torch_capabilities_when_nvml_has_none(tmp_path: Path)
     assert len(p) == 1 and p[0].found.startswith("cuda:0 is sm_120") and NO_KERNEL in p[0].found
 
 
-@pytest.mark.parametrize(("capability", "archs", "sm"), [
-    ((9, 0), ["sm_80", "sm_90"], "sm_90"),  # exact cubin
-    ((8, 6), ["sm_70", "sm_80"], "sm_86"),  # sm_80 cubin runs on 8.6
-    ((9, 0), ["sm_70", "sm_80", "compute_80"], "sm_90"),  # PTX, compiled by the driver
-    ((9, 0), ["sm_80", "sm_90a"], "sm_90"),  # arch-specific cubin on its own arch
-], ids=["exact", "lower-minor", "ptx", "arch-specific"])
+@pytest.mark.parametrize(
+    ("capability", "archs", "sm"),
+    [
+        ((9, 0), ["sm_80", "sm_90"], "sm_90"),  # exact cubin
+        ((8, 6), ["sm_70", "sm_80"], "sm_86"),  # sm_80 cubin runs on 8.6
+        ((9, 0), ["sm_70", "sm_80", "compute_80"], "sm_90"),  # PTX, compiled by the driver
+        ((9, 0), ["sm_80", "sm_90a"], "sm_90"),  # arch-specific cubin on its own arch
+    ],
+    ids=["exact", "lower-minor", "ptx", "arch-specific"],
+)
 def test_arch_present(tmp_path: Path, capability: tuple[int, int], archs: list[str], sm: str) -> None:
     gpus = (gpu(0, capability=capability),)
     checks = judged(tmp_path, torch_doc(arch_list=archs, capabilities=[list(capability)]), system(gpus=gpus))
@@ -319,25 +372,29 @@ def test_no_arch_list_no_arch_verdict(tmp_path: Path) -> None:
 # -- runs_on and wheel_for --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("capability", "archs", "expected"), [
-    ((9, 0), ("sm_90",), True),
-    ((8, 6), ("sm_80",), True),
-    ((8, 9), ("sm_86",), True),
-    ((8, 0), ("sm_86",), False),  # a cubin for a newer minor does not run
-    ((9, 0), ("sm_80", "sm_86"), False),  # nor one of another major
-    ((12, 0), ("sm_100",), False),
-    ((10, 0), ("sm_100",), True),
-    ((12, 0), ("sm_120",), True),
-    ((9, 0), ("compute_80",), True),
-    ((12, 0), ("compute_90",), True),
-    ((8, 0), ("compute_90",), False),  # PTX of a newer version
-    ((9, 0), ("sm_90a",), True),
-    ((10, 0), ("sm_90a",), False),
-    ((10, 0), ("sm_100a",), True),
-    ((10, 3), ("sm_100a",), False),
-    ((9, 0), (), False),
-    ((9, 0), ("sm_9", "gfx90a", "compute_", "sm_90x1"), False),  # not arch names
-], ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    ("capability", "archs", "expected"),
+    [
+        ((9, 0), ("sm_90",), True),
+        ((8, 6), ("sm_80",), True),
+        ((8, 9), ("sm_86",), True),
+        ((8, 0), ("sm_86",), False),  # a cubin for a newer minor does not run
+        ((9, 0), ("sm_80", "sm_86"), False),  # nor one of another major
+        ((12, 0), ("sm_100",), False),
+        ((10, 0), ("sm_100",), True),
+        ((12, 0), ("sm_120",), True),
+        ((9, 0), ("compute_80",), True),
+        ((12, 0), ("compute_90",), True),
+        ((8, 0), ("compute_90",), False),  # PTX of a newer version
+        ((9, 0), ("sm_90a",), True),
+        ((10, 0), ("sm_90a",), False),
+        ((10, 0), ("sm_100a",), True),
+        ((10, 3), ("sm_100a",), False),
+        ((9, 0), (), False),
+        ((9, 0), ("sm_9", "gfx90a", "compute_", "sm_90x1"), False),  # not arch names
+    ],
+    ids=lambda v: str(v),
+)
 def test_runs_on(capability: tuple[int, int], archs: tuple[str, ...], expected: bool) -> None:
     assert runs_on(capability, archs) is expected
 
@@ -346,12 +403,24 @@ def test_arch_specific_ptx_does_not_run_forward() -> None:
     assert runs_on((10, 0), ("compute_90a",)) is False
 
 
-@pytest.mark.parametrize(("driver", "wheel"), [
-    ("12.4", "cu124"), ("12.5", "cu124"), ("12.8", "cu128"), ("12.9", "cu129"), ("13.0", "cu130"),
-    ("13.2", "cu130"), ("12.2", "cu121"), ("12.0", "cu118"), ("11.8", "cu118"),
-    ("11.4", "cu118"),  # older than every wheel: the oldest one
-    (None, "cu126"), ("", "cu126"), ("unknown", "cu126"),
-])
+@pytest.mark.parametrize(
+    ("driver", "wheel"),
+    [
+        ("12.4", "cu124"),
+        ("12.5", "cu124"),
+        ("12.8", "cu128"),
+        ("12.9", "cu129"),
+        ("13.0", "cu130"),
+        ("13.2", "cu130"),
+        ("12.2", "cu121"),
+        ("12.0", "cu118"),
+        ("11.8", "cu118"),
+        ("11.4", "cu118"),  # older than every wheel: the oldest one
+        (None, "cu126"),
+        ("", "cu126"),
+        ("unknown", "cu126"),
+    ],
+)
 def test_wheel_for(driver: str | None, wheel: str) -> None:
     assert wheel_for(driver) == wheel
 
@@ -393,8 +462,7 @@ def test_diagnose_healthy_machine(tmp_path: Path) -> None:
 def test_diagnose_warnings_only_exit_zero(tmp_path: Path) -> None:
     python = pythons.printing(tmp_path, torch_doc(cuda="12.6"))
     mixed = (gpu(0, "NVIDIA A100-SXM4-80GB", (8, 0), 1410), gpu(1))
-    checks = run.diagnose(python=python, env={"CUDA_VISIBLE_DEVICES": "0,0"},
-                          system=system(gpus=mixed))
+    checks = run.diagnose(python=python, env={"CUDA_VISIBLE_DEVICES": "0,0"}, system=system(gpus=mixed))
     assert areas(checks) == ["driver", "gpus", "cuda", "torch"]
     statuses = {c.status for c in checks}
     assert WARNING in statuses and PROBLEM not in statuses
@@ -406,7 +474,8 @@ def test_diagnose_a_problem_exits_one(tmp_path: Path) -> None:
     checks = run.diagnose(python=python, env={}, system=system())
     assert areas(checks) == ["driver", "gpus", "cuda", "torch"]
     assert [c.found for c in problems(checks)] == [
-        "torch 2.13.0+cpu is a CPU-only build: it never uses a GPU"]
+        "torch 2.13.0+cpu is a CPU-only build: it never uses a GPU"
+    ]
     assert exit_code(checks) == EXIT_PROBLEM
 
 
@@ -424,13 +493,18 @@ def test_diagnose_passes_env_to_the_probe(tmp_path: Path) -> None:
     assert mark.read_text() == "job env"
 
 
-@pytest.mark.parametrize(("env", "verdict"), [
-    ({"CUDA_VISIBLE_DEVICES": "0"}, PROBLEM),  # CUDA's id 0: the Blackwell (fastest first)
-    ({"CUDA_VISIBLE_DEVICES": "1"}, OK),  # the A100
-    ({"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, OK),  # NVML GPU 0: the A100
-], ids=["fastest-first-0", "fastest-first-1", "pci-0"])
-def test_diagnose_judges_the_archs_of_the_gpus_cuda_sees(tmp_path: Path, env: dict[str, str],
-                                                         verdict: str) -> None:
+@pytest.mark.parametrize(
+    ("env", "verdict"),
+    [
+        ({"CUDA_VISIBLE_DEVICES": "0"}, PROBLEM),  # CUDA's id 0: the Blackwell (fastest first)
+        ({"CUDA_VISIBLE_DEVICES": "1"}, OK),  # the A100
+        ({"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, OK),  # NVML GPU 0: the A100
+    ],
+    ids=["fastest-first-0", "fastest-first-1", "pci-0"],
+)
+def test_diagnose_judges_the_archs_of_the_gpus_cuda_sees(
+    tmp_path: Path, env: dict[str, str], verdict: str
+) -> None:
     gpus = (gpu(0, "NVIDIA A100-SXM4-80GB", (8, 0), 1410), gpu(1, BLACKWELL, (12, 0), 2600))
     python = pythons.printing(tmp_path, torch_doc(capabilities=[[8, 0]]))
     checks = run.diagnose(python=python, env=env, system=system("12.8", gpus))
@@ -438,4 +512,3 @@ def test_diagnose_judges_the_archs_of_the_gpus_cuda_sees(tmp_path: Path, env: di
     assert len(arch) == 1 and arch[0].status == verdict
     if verdict == PROBLEM:
         assert BLACKWELL in arch[0].found and NO_KERNEL in arch[0].found
-

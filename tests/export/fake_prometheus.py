@@ -36,8 +36,13 @@ Takeover = Callable[[BaseHTTPRequestHandler, str, dict[str, str]], None]
 
 MODEL = "NVIDIA H100 80GB HBM3"
 FB_TOTAL = 81559.0  # MiB, as dcgm-exporter reports FB_USED + FB_FREE for an H100
-DCGM_FIELDS = {"GPU_UTIL": "util", "FB_USED": "mem_used", "FB_FREE": "mem_free", "GPU_TEMP": "temperature",
-               "POWER_USAGE": "power"}
+DCGM_FIELDS = {
+    "GPU_UTIL": "util",
+    "FB_USED": "mem_used",
+    "FB_FREE": "mem_free",
+    "GPU_TEMP": "temperature",
+    "POWER_USAGE": "power",
+}
 _MATCHER = re.compile(r'([A-Za-z_]\w*)="((?:[^"\\]|\\.)*)"')
 _WINDOW = re.compile(r"\[(\d+)s\]")
 
@@ -78,8 +83,15 @@ class FakeHost:
 
     def labels(self, gpu: int) -> dict[str, str]:
         """dcgm-exporter's labels of one GPU's series, with the scrape target's."""
-        labels = {"gpu": str(gpu), "UUID": self.uuid(gpu), "pci_bus_id": f"00000000:{gpu + 0x18:02X}:00.0",
-                  "device": f"nvidia{gpu}", "modelName": MODEL, "instance": self.instance, "job": self.job}
+        labels = {
+            "gpu": str(gpu),
+            "UUID": self.uuid(gpu),
+            "pci_bus_id": f"00000000:{gpu + 0x18:02X}:00.0",
+            "device": f"nvidia{gpu}",
+            "modelName": MODEL,
+            "instance": self.instance,
+            "job": self.job,
+        }
         return self._named(labels)
 
     def uuid(self, gpu: int) -> str:
@@ -142,8 +154,12 @@ class FakePrometheus:
 
     def add_host(self, name: str, gpus: int = 8, *, instance: str | None = None, **kw: Any) -> FakeHost:
         n = len(self.hosts)
-        host = FakeHost(name, instance or f"10.0.{n // 250}.{n % 250 + 1}:9400",
-                        gpus=[FakeGpu() for _ in range(gpus)], **kw)
+        host = FakeHost(
+            name,
+            instance or f"10.0.{n // 250}.{n % 250 + 1}:9400",
+            gpus=[FakeGpu() for _ in range(gpus)],
+            **kw,
+        )
         with self.lock:
             self.hosts[name] = host
         return host
@@ -182,8 +198,12 @@ class FakePrometheus:
         self._release = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"fake-prometheus-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-prometheus-{self.port}",
+            daemon=True,
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -233,8 +253,9 @@ class FakePrometheus:
                 endpoint = path.removeprefix("/api/v1/")
                 params = dict(urllib.parse.parse_qsl(form))
                 with fake.lock:
-                    fake.received.append(Received(path, endpoint, self.command,
-                                                  self.headers.get("Content-Type", ""), params))
+                    fake.received.append(
+                        Received(path, endpoint, self.command, self.headers.get("Content-Type", ""), params)
+                    )
                 if fake.delay and release.wait(fake.delay):
                     return  # stopped while waiting: the client gave up long ago
                 takeover = fake.takeover
@@ -279,8 +300,11 @@ class FakePrometheus:
 
     @staticmethod
     def _error(status: int, kind: str, text: str) -> tuple[int, str, bytes]:
-        return status, "application/json", json.dumps({"status": "error", "errorType": kind,
-                                                       "error": text}).encode()
+        return (
+            status,
+            "application/json",
+            json.dumps({"status": "error", "errorType": kind, "error": text}).encode(),
+        )
 
     def _gpus(self, hosts: Iterator[FakeHost] | None = None) -> Iterator[tuple[FakeHost, int, FakeGpu]]:
         for host in self.hosts.values() if hosts is None else hosts:
@@ -320,11 +344,14 @@ class FakePrometheus:
                     continue
                 target = host._named({"instance": host.instance, "job": host.job})
                 found = [({"__name__": "gputui_exporter_info", "version": "0.1.0", **target}, 1.0)]
-                found += [({"__name__": "gputui_zombie_processes", "class": cls, **target}, n)
-                          for cls, n in host.zombies.items()]
+                found += [
+                    ({"__name__": "gputui_zombie_processes", "class": cls, **target}, n)
+                    for cls, n in host.zombies.items()
+                ]
                 for i, gpu in enumerate(host.gpus):
-                    found.append(({"__name__": "gputui_unaccounted_memory_bytes", **host.labels(i)},
-                                  gpu.unaccounted))
+                    found.append(
+                        ({"__name__": "gputui_unaccounted_memory_bytes", **host.labels(i)}, gpu.unaccounted)
+                    )
                     found.append(({"__name__": "gputui_gpu_in_dip", **host.labels(i)}, float(gpu.in_dip)))
                 out += [sample(labels, v) for labels, v in found if keep(labels)]
         elif "gputui_dips_total" in query:
@@ -335,25 +362,45 @@ class FakePrometheus:
             for host, i, gpu in self._gpus(h for h in self.hosts.values() if h.gputui and h.until >= since):
                 labels = {"__name__": "gputui_dips_total", **host.labels(i)}
                 if keep(labels):  # sum by (Hostname, instance, job, gpu)
-                    out.append(sample({k: labels[k] for k in ("Hostname", "instance", "job", "gpu")
-                                       if k in labels}, gpu.dips))
+                    out.append(
+                        sample(
+                            {k: labels[k] for k in ("Hostname", "instance", "job", "gpu") if k in labels},
+                            gpu.dips,
+                        )
+                    )
         elif "gputui_process_gpu_memory_bytes" in query:
             for host in self._live():
                 for p in host.processes if host.gputui else ():
                     gpu = int(p["gpu"])
-                    labels = host._named({"__name__": "gputui_process_gpu_memory_bytes", "gpu": str(gpu),
-                                          "UUID": host.uuid(gpu), "pid": str(p["pid"]), "user": p["user"],
-                                          "command": p["command"], "class": p["class"],
-                                          "instance": host.instance, "job": host.job})
+                    labels = host._named(
+                        {
+                            "__name__": "gputui_process_gpu_memory_bytes",
+                            "gpu": str(gpu),
+                            "UUID": host.uuid(gpu),
+                            "pid": str(p["pid"]),
+                            "user": p["user"],
+                            "command": p["command"],
+                            "class": p["class"],
+                            "instance": host.instance,
+                            "job": host.job,
+                        }
+                    )
                     if keep(labels):
                         out.append(sample(labels, p["memory"]))
         elif "gputui_agent_" in query:
             for host in self._live():
                 for a in host.agents if host.gputui else ():
                     for name, value in a["values"].items():
-                        labels = host._named({"__name__": f"gputui_agent_{name}", "pid": str(a["pid"]),
-                                              "command": a["command"], "cuda_device": str(a["cuda_device"]),
-                                              "instance": host.instance, "job": host.job})
+                        labels = host._named(
+                            {
+                                "__name__": f"gputui_agent_{name}",
+                                "pid": str(a["pid"]),
+                                "command": a["command"],
+                                "cuda_device": str(a["cuda_device"]),
+                                "instance": host.instance,
+                                "job": host.job,
+                            }
+                        )
                         if keep(labels):
                             out.append(sample(labels, value))
         else:
@@ -367,8 +414,11 @@ class FakePrometheus:
         if "DCGM_FI_DEV_FB_USED" in query and "DCGM_FI_DEV_FB_FREE" in query:  # memory percent
             for host, i, gpu in self._gpus():
                 labels = host.labels(i)
-                values = [[t, _num(100 * gpu.mem_used / (gpu.mem_used + gpu.mem_free))] for t in times
-                          if host.since <= t <= host.until]
+                values = [
+                    [t, _num(100 * gpu.mem_used / (gpu.mem_used + gpu.mem_free))]
+                    for t in times
+                    if host.since <= t <= host.until
+                ]
                 if values and all(labels.get(k, "") == v for k, v in wanted):
                     out.append({"metric": labels, "values": values})  # an expression: no __name__
         elif query.startswith("DCGM_FI_DEV_GPU_UTIL"):

@@ -37,12 +37,17 @@ def _head(handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str])
     handler.end_headers()
 
 
-def answer(status: int, body: bytes, content_type: str = "application/json",
-           headers: dict[str, str] | None = None) -> Takeover:
+def answer(
+    status: int, body: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None
+) -> Takeover:
     """Every request answered with `body` (bytes as they are: invalid UTF-8 stays invalid)."""
+
     def serve(handler: BaseHTTPRequestHandler, endpoint: str, params: dict[str, str]) -> None:
-        _head(handler, status, {"Content-Type": content_type, "Content-Length": str(len(body)),
-                                **(headers or {})})
+        _head(
+            handler,
+            status,
+            {"Content-Type": content_type, "Content-Length": str(len(body)), **(headers or {})},
+        )
         handler.wfile.write(body)
 
     return serve
@@ -50,6 +55,7 @@ def answer(status: int, body: bytes, content_type: str = "application/json",
 
 def edited(fake: FakePrometheus, edit: Callable[[str, str], str]) -> Takeover:
     """The fake fleet's own answer to each query, its JSON text passed through edit(text, endpoint)."""
+
     def serve(handler: BaseHTTPRequestHandler, endpoint: str, params: dict[str, str]) -> None:
         status, kind, body = fake.answer(endpoint, params)
         text = edit(body.decode(), endpoint).encode("utf-8", "surrogateescape")
@@ -109,9 +115,14 @@ class Flood:
         item = b'{"metric":{"job":"gpu"},"value":[1700000000,"1"]},'
         chunk = item * (MB // len(item))
         try:
-            _head(handler, self.status, {"Content-Type": "application/json",
-                                         **({"Content-Length": str(self.total)} if self.content_length
-                                            else {})})
+            _head(
+                handler,
+                self.status,
+                {
+                    "Content-Type": "application/json",
+                    **({"Content-Length": str(self.total)} if self.content_length else {}),
+                },
+            )
             handler.wfile.write(head)
             self.sent = len(head)
             while self.sent + len(chunk) + len(tail) <= self.total:
@@ -127,8 +138,11 @@ class Flood:
 def redirect(location: str, code: int = 302) -> Takeover:
     def serve(handler: BaseHTTPRequestHandler, endpoint: str, params: dict[str, str]) -> None:
         body = b"moved"
-        _head(handler, code, {"Location": location, "Content-Type": "text/plain",
-                              "Content-Length": str(len(body))})
+        _head(
+            handler,
+            code,
+            {"Location": location, "Content-Type": "text/plain", "Content-Length": str(len(body))},
+        )
         handler.wfile.write(body)
 
     return serve

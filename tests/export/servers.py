@@ -33,9 +33,27 @@ class Exporter:
     def __init__(self, hostname: str, *extra: str, gpus: int = 2, interval: float = 0.5) -> None:
         self.hostname = hostname
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gputui", "export", "--demo", "--demo-gpus", str(gpus), "--port", "0",
-             "--hostname", hostname, "--interval", str(interval), *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "gputui",
+                "export",
+                "--demo",
+                "--demo-gpus",
+                str(gpus),
+                "--port",
+                "0",
+                "--hostname",
+                hostname,
+                "--interval",
+                str(interval),
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         line = self.proc.stderr.readline() if self.proc.stderr else ""
         match = _ANNOUNCE.search(line)
         if not match:
@@ -73,16 +91,24 @@ class PrometheusServer:
         listed = ", ".join(f"'127.0.0.1:{p}'" for p in targets)
         self.config.write_text(
             f"global:\n  scrape_interval: {scrape_s:g}s\n  evaluation_interval: {scrape_s:g}s\n"
-            f"scrape_configs:\n  - job_name: gpu\n    static_configs:\n      - targets: [{listed}]\n")
+            f"scrape_configs:\n  - job_name: gpu\n    static_configs:\n      - targets: [{listed}]\n"
+        )
         self.start()
 
     def start(self) -> None:
         """(Re)start on the same port and data directory."""
         self.log = open(self.workdir / "prometheus.log", "a")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                PROMETHEUS,
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 30.0) -> None:

@@ -25,9 +25,17 @@ from tests.processes import describe, gone, wait_until
 
 TIMEOUT = 30
 DCGM_NAMES = (
-    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK",
-    "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
 )
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
@@ -41,8 +49,14 @@ def parse(text: str) -> Samples:
 
 
 def gputui(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gputui", *args], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "gputui", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+    )
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -113,7 +127,8 @@ def test_every_dcgm_field_for_every_demo_gpu(demo: tuple[Exporter, Samples]) -> 
 def test_exporter_info_names_the_demo_and_the_hostname(demo: tuple[Exporter, Samples]) -> None:
     exporter, samples = demo
     assert samples["gputui_exporter_info"] == [
-        ({"Hostname": exporter.hostname, "source": "demo", "version": __version__}, 1.0)]
+        ({"Hostname": exporter.hostname, "source": "demo", "version": __version__}, 1.0)
+    ]
     assert samples["gputui_exporter_sample_failures_total"] == [({}, 0.0)]
     assert {labels["gpu"]: v for labels, v in samples["gputui_gpu_lost"]} == {"0": 0, "1": 0}
 
@@ -137,8 +152,11 @@ def test_process_memory_series_are_live_processes(demo: tuple[Exporter, Samples]
 
 def test_zombie_classes_of_the_demo(demo: tuple[Exporter, Samples]) -> None:
     exporter, samples = demo
-    zombies = {labels["class"]: v for labels, v in samples["gputui_zombie_processes"]
-               if labels["Hostname"] == exporter.hostname}
+    zombies = {
+        labels["class"]: v
+        for labels, v in samples["gputui_zombie_processes"]
+        if labels["Hostname"] == exporter.hostname
+    }
     assert set(zombies) == set(SUSPICIOUS)
     assert zombies["defunct"] >= 1 and zombies["orphan"] >= 1 and zombies["nvml-only"] >= 1, zombies
 
@@ -153,13 +171,17 @@ def test_the_exporters_own_process_metrics(demo: tuple[Exporter, Samples]) -> No
 # -- bad flags, a busy port, no prometheus-client ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("flags", [
-    ("--port", "70000"),
-    ("--port", "abc"),
-    ("--interval", "0"),
-    ("--hostname", ""),
-    ("--frobnicate",),
-], ids=lambda f: " ".join(f) or "empty")
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--port", "70000"),
+        ("--port", "abc"),
+        ("--interval", "0"),
+        ("--hostname", ""),
+        ("--frobnicate",),
+    ],
+    ids=lambda f: " ".join(f) or "empty",
+)
 def test_bad_flags_exit_2_with_one_line(flags: tuple[str, ...]) -> None:
     err = one_line_error(gputui("export", "--demo", *flags))
     assert err.startswith("gputui export: error: "), err
@@ -194,8 +216,14 @@ raise SystemExit(main(["export", "--demo"]))
 
 def test_without_prometheus_client_it_says_how_to_install_it(tmp_path: Path) -> None:
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    result = subprocess.run([sys.executable, "-c", _BLOCK_PROMETHEUS], stdin=subprocess.DEVNULL,
-                            capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", _BLOCK_PROMETHEUS],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+    )
     err = one_line_error(result)
     assert "prometheus_client" in err and "pip install 'gputui[prometheus]'" in err, err
     assert not list(tmp_path.glob("gputui-demo-*"))  # it said so before starting the demo

@@ -38,8 +38,7 @@ IDLE_SOCKETS = 1000
 HOSTILE_ARG = b"\xff\x1b]0;pwned\x07"
 
 
-def scrape(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None
-           ) -> tuple[int, str, bytes]:
+def scrape(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
     """(status, content type, body) of one GET."""
     request = urllib.request.Request(url, headers=headers or {})
     try:
@@ -104,7 +103,10 @@ class HostileDemo(DemoSource):
         with open(self.devices_dir / "nvidia0", "rb") as device:
             self.hostile = subprocess.Popen(
                 [sys.executable, "-c", "import time; time.sleep(60)", HOSTILE_ARG],
-                stdin=subprocess.DEVNULL, pass_fds=(device.fileno(),), start_new_session=True)
+                stdin=subprocess.DEVNULL,
+                pass_fds=(device.fileno(),),
+                start_new_session=True,
+            )
         return info
 
     def read(self, slow: bool) -> Reading:
@@ -131,8 +133,9 @@ def test_a_non_utf8_command_line_with_escapes_is_served_as_printable_utf8() -> N
 
         def seen() -> bool:
             snap = exporter.tick()
-            return snap is not None and any(p.pid == pid and "pwned" in (p.command or "")
-                                            for p in snap.processes)
+            return snap is not None and any(
+                p.pid == pid and "pwned" in (p.command or "") for p in snap.processes
+            )
 
         assert wait_until(seen, timeout=10, step=0.1)
         server, port = ex.serve(exporter, 0, "127.0.0.1")
@@ -143,8 +146,12 @@ def test_a_non_utf8_command_line_with_escapes_is_served_as_printable_utf8() -> N
     assert status == 200, body[:300]
     assert ctype.startswith("text/plain")
     assert_clean_exposition(body)
-    series = [s for fam in text_string_to_metric_families(body.decode()) for s in fam.samples
-              if s.name == "gputui_process_gpu_memory_bytes" and s.labels["pid"] == str(pid)]
+    series = [
+        s
+        for fam in text_string_to_metric_families(body.decode())
+        for s in fam.samples
+        if s.name == "gputui_process_gpu_memory_bytes" and s.labels["pid"] == str(pid)
+    ]
     assert len(series) == 1, series
     assert series[0].labels["command"] == "python -c import time; time.sleep(60) ??]0;pwned?"  # \xff ESC BEL
 
@@ -252,7 +259,8 @@ def exporter_process() -> Iterator[ExporterProcess]:
 
 
 def test_a_thousand_idle_connections_neither_block_scrapes_nor_burn_cpu(
-        exporter_process: ExporterProcess) -> None:
+    exporter_process: ExporterProcess,
+) -> None:
     ps = psutil.Process(exporter_process.proc.pid)
     with idle_sockets(exporter_process.port):
         started = time.monotonic()
@@ -297,31 +305,39 @@ def test_a_slow_loris_client_is_cut_off_at_the_request_timeout(exporter_process:
     assert ex.REQUEST_TIMEOUT_S - 0.5 <= closed_after <= ex.REQUEST_TIMEOUT_S + 2, closed_after
 
 
-def test_openmetrics_is_negotiated_and_a_malformed_accept_falls_back(exporter_process: ExporterProcess
-                                                                     ) -> None:
-    status, ctype, body = scrape(exporter_process.url,
-                                 headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+def test_openmetrics_is_negotiated_and_a_malformed_accept_falls_back(
+    exporter_process: ExporterProcess,
+) -> None:
+    status, ctype, body = scrape(
+        exporter_process.url, headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
     assert status == 200 and ctype.startswith("application/openmetrics-text"), ctype
     assert body.endswith(b"# EOF\n")
     # prometheus-client's choose_encoder raises TypeError on this one
-    status, ctype, body = scrape(exporter_process.url,
-                                 headers={"Accept": "application/openmetrics-text; version=abc"})
+    status, ctype, body = scrape(
+        exporter_process.url, headers={"Accept": "application/openmetrics-text; version=abc"}
+    )
     assert status == 200 and ctype.startswith("text/plain"), ctype
     assert b"DCGM_FI_DEV_GPU_UTIL" in body
 
 
-@pytest.mark.parametrize(("request_bytes", "status"), [
-    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"200"),
-    (b"GET /nothing HTTP/1.1\r\n\r\n", b"404"),
-    (b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", b"405"),
-    (b"GET /metrics\r\n\r\n", b"400"),  # no version
-    (b"GET /metrics HTTP/1.1\r\nbad header line\r\n\r\n", b"400"),
-    (b"GET /metrics HTTP/1.1\r\nX: \x1b[2J\r\n\r\n", b"400"),
-    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(200) + b"\r\n\r\n", b"400"),  # TLS hello
-    (b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n", b"431"),
-], ids=["pointer", "404", "post", "no-version", "bad-header", "escape-in-header", "tls", "huge-header"])
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"200"),
+        (b"GET /nothing HTTP/1.1\r\n\r\n", b"404"),
+        (b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", b"405"),
+        (b"GET /metrics\r\n\r\n", b"400"),  # no version
+        (b"GET /metrics HTTP/1.1\r\nbad header line\r\n\r\n", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nX: \x1b[2J\r\n\r\n", b"400"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(200) + b"\r\n\r\n", b"400"),  # TLS hello
+        (b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n", b"431"),
+    ],
+    ids=["pointer", "404", "post", "no-version", "bad-header", "escape-in-header", "tls", "huge-header"],
+)
 def test_odd_requests_get_a_short_answer_and_the_connection_closed(
-        exporter_process: ExporterProcess, request_bytes: bytes, status: bytes) -> None:
+    exporter_process: ExporterProcess, request_bytes: bytes, status: bytes
+) -> None:
     try:
         reply = raw_exchange(exporter_process.port, request_bytes)
     except (ConnectionResetError, BrokenPipeError):  # the server may close before reading all of a huge head
@@ -372,8 +388,13 @@ def test_a_socket_limit_reached_does_not_spin() -> None:
         "sys.stdin.readline()\n"  # the parent has used up this process's descriptors by now
         "server.close()\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())

@@ -145,19 +145,23 @@ def test_the_error_says_where_the_answer_went_wrong(fake: FakePrometheus) -> Non
 def test_values_that_are_not_finite_are_unknown(fake: FakePrometheus) -> None:
     # Prometheus itself writes NaN and ±Inf as "NaN", "+Inf", "-Inf"; "1e999" overflows to infinity.
     values = ["NaN", "+Inf", "-Inf", "1e999", "-1e999", "42.5"]
-    fake.takeover = answer(200, vector(json.dumps([{"metric": {"v": v}, "value": [1700000000, v]}
-                                                   for v in values])))
+    fake.takeover = answer(
+        200, vector(json.dumps([{"metric": {"v": v}, "value": [1700000000, v]} for v in values]))
+    )
     result = Prometheus(fake.url).query("up")
     assert [(s.labels["v"], s.value) for s in result] == [(v, None) for v in values[:-1]] + [("42.5", 42.5)]
-    fake.takeover = answer(200, matrix(json.dumps([{"metric": {}, "values": [[1, "NaN"], [2, "1e999"],
-                                                                             [3, "7"]]}])))
+    fake.takeover = answer(
+        200, matrix(json.dumps([{"metric": {}, "values": [[1, "NaN"], [2, "1e999"], [3, "7"]]}]))
+    )
     [series] = Prometheus(fake.url).query_range("DCGM_FI_DEV_GPU_UTIL", 0, 30, 15)
     assert series.points == ((1.0, None), (2.0, None), (3.0, 7.0))
 
 
 def test_labels_are_made_printable_and_bounded(fake: FakePrometheus) -> None:
-    metric = ('{"Hostname":"evil\\u001b]0;pwned\\u0007\\u001b[2J","command":"\\u009b31mred",'
-              '"lone":"\\ud800x","long":"' + "x" * 100_000 + '","\\u001b[1mkey":"v"}')
+    metric = (
+        '{"Hostname":"evil\\u001b]0;pwned\\u0007\\u001b[2J","command":"\\u009b31mred",'
+        '"lone":"\\ud800x","long":"' + "x" * 100_000 + '","\\u001b[1mkey":"v"}'
+    )
     body = vector(sample(metric=metric)).replace(b'"v"}', b'"v","raw":"caf\xe9 \xff\xfe"}')
     fake.takeover = answer(200, body)
     [s] = Prometheus(fake.url).query("up")
@@ -284,16 +288,19 @@ def test_memory_stays_bounded_while_a_big_answer_is_refused(fake: FakePrometheus
         assert len(body) < MAX_ANSWER_BYTES
         fake.takeover, error = answer(200, body), "more than 3,000,000 JSON values"
     # VmHWM, not ru_maxrss: that one starts from the forking parent's peak (this test's, with its body).
-    script = ("import re\n"
-              "from gputui.export.promql import Prometheus, PrometheusError\n"
-              "try:\n"
-              f"    Prometheus({fake.url!r}, timeout=30).query('up')\n"
-              "except PrometheusError as err:\n"
-              "    print(err)\n"
-              "with open('/proc/self/status') as status:\n"
-              "    print(int(re.search(r'VmHWM:\\s*(\\d+) kB', status.read())[1]) // 1024)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          cwd=ROOT, check=False)
+    script = (
+        "import re\n"
+        "from gputui.export.promql import Prometheus, PrometheusError\n"
+        "try:\n"
+        f"    Prometheus({fake.url!r}, timeout=30).query('up')\n"
+        "except PrometheusError as err:\n"
+        "    print(err)\n"
+        "with open('/proc/self/status') as status:\n"
+        "    print(int(re.search(r'VmHWM:\\s*(\\d+) kB', status.read())[1]) // 1024)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False
+    )
     assert done.returncode == 0, done.stderr
     printed, rss_mib = done.stdout.splitlines()
     assert error in printed
@@ -371,15 +378,18 @@ def hostile_labels(text: str, endpoint: str) -> str:
     return text.replace('"Hostname": "node', f'"Hostname": "{evil}').replace('"gpu": "0"', '"gpu": "\\u0007"')
 
 
-@pytest.mark.parametrize("hostile", [
-    lambda fake: edited(fake, nan_time_in_range),
-    lambda fake: answer(200, vector('"a string"')),
-    lambda fake: answer(200, b"\x00\xff not json"),
-    lambda fake: answer(200, b"[" * 100_000),
-    lambda fake: redirect("ftp://127.0.0.1:1/x"),
-], ids=["nan-time", "result-a-string", "not-json", "deep", "ftp-redirect"])
-def test_the_reader_never_raises_and_keeps_the_last_fleet(fake: FakePrometheus,
-                                                          hostile: Hostile) -> None:
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        lambda fake: edited(fake, nan_time_in_range),
+        lambda fake: answer(200, vector('"a string"')),
+        lambda fake: answer(200, b"\x00\xff not json"),
+        lambda fake: answer(200, b"[" * 100_000),
+        lambda fake: redirect("ftp://127.0.0.1:1/x"),
+    ],
+    ids=["nan-time", "result-a-string", "not-json", "deep", "ftp-redirect"],
+)
+def test_the_reader_never_raises_and_keeps_the_last_fleet(fake: FakePrometheus, hostile: Hostile) -> None:
     reader = FleetReader(Prometheus(fake.url, timeout=2))
     good = reader.refresh()
     assert good.error is None and len(good.hosts) == 2
@@ -406,6 +416,7 @@ async def test_bad_answers_mid_run_become_the_banner(fake: FakePrometheus) -> No
 
     app = FleetApp(FleetReader(Prometheus(fake.url, timeout=0.5)), interval=60.0)
     async with app.run_test(size=(160, 40)) as pilot:
+
         async def refreshed() -> None:
             frames = app.frames
             app.action_refresh()
@@ -418,12 +429,14 @@ async def test_bad_answers_mid_run_become_the_banner(fake: FakePrometheus) -> No
         await refreshed()
         hosts = app.view.hosts
         assert len(hosts) == 2
-        for takeover, error in [(edited(fake, nan_time_in_range), SHAPE),
-                                (answer(200, vector('{"metric":"x"}')), SHAPE),
-                                (answer(200, b"\xff{"), SHAPE),
-                                (drip(fake), "did not answer within 0.5 s"),
-                                (Flood(80 * MB), "answered more than 64 MiB"),
-                                (redirect("ftp://127.0.0.1:1/x"), "only http and https")]:
+        for takeover, error in [
+            (edited(fake, nan_time_in_range), SHAPE),
+            (answer(200, vector('{"metric":"x"}')), SHAPE),
+            (answer(200, b"\xff{"), SHAPE),
+            (drip(fake), "did not answer within 0.5 s"),
+            (Flood(80 * MB), "answered more than 64 MiB"),
+            (redirect("ftp://127.0.0.1:1/x"), "only http and https"),
+        ]:
             fake.takeover = takeover
             await refreshed()
             assert app.is_running and app.view.hosts == hosts
@@ -473,11 +486,17 @@ async def test_extreme_values_and_hostile_labels_are_drawn_without_a_crash() -> 
         g0.util, g0.mem_used, g0.mem_free, g0.temperature, g0.power = huge, huge, huge, tiny, huge
         g0.dips, g0.unaccounted, g0.in_dip = huge, huge, True
         g1.util, g1.mem_used, g1.mem_free, g1.power = -5.0, -5.0, 10.0, tiny
-        box.processes = [{"gpu": 0, "pid": evil, "user": evil, "command": evil * 500, "class": evil,
-                          "memory": huge}]
-        box.agents = [{"pid": evil, "cuda_device": evil, "command": evil,
-                       "values": {"allocated_bytes": huge, "fragmentation_percent": tiny,
-                                  "ooms_total": huge}}]
+        box.processes = [
+            {"gpu": 0, "pid": evil, "user": evil, "command": evil * 500, "class": evil, "memory": huge}
+        ]
+        box.agents = [
+            {
+                "pid": evil,
+                "cuda_device": evil,
+                "command": evil,
+                "values": {"allocated_bytes": huge, "fragmentation_percent": tiny, "ooms_total": huge},
+            }
+        ]
         app = FleetApp(FleetReader(Prometheus(fake.url)), interval=60.0)
         async with app.run_test(size=(160, 40)) as pilot:
             await wait_until(pilot, lambda: app.frames >= 1 and len(app.view.hosts) == 2)
@@ -503,9 +522,16 @@ class PtyRun:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX")}
         try:
-            self.proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
-                                         env={**env, "TERM": "xterm-256color"}, start_new_session=True,
-                                         preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+            self.proc = subprocess.Popen(
+                args,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                cwd=ROOT,
+                env={**env, "TERM": "xterm-256color"},
+                start_new_session=True,
+                preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+            )
         finally:
             os.close(slave)
         self._out = bytearray()
@@ -558,8 +584,9 @@ def fleet_in_pty(*args: str) -> Iterator[PtyRun]:
 
 
 def test_q_quits_within_1_s_while_a_request_hangs(fake: FakePrometheus) -> None:
-    with fleet_in_pty("-m", "gputui", "fleet", "--prometheus", fake.url, "--timeout", "120",
-                      "--interval", "60") as run:
+    with fleet_in_pty(
+        "-m", "gputui", "fleet", "--prometheus", fake.url, "--timeout", "120", "--interval", "60"
+    ) as run:
         run.wait_for("2 hosts")
         fake.takeover = drip(fake)  # the next refresh hangs for two minutes
         asked = len(fake.received)
@@ -581,13 +608,15 @@ def test_q_quits_within_1_s_while_a_request_hangs(fake: FakePrometheus) -> None:
 
 
 def test_a_crash_of_the_fleet_app_is_a_non_zero_exit_with_one_line(fake: FakePrometheus) -> None:
-    script = ("import sys\n"
-              "from gputui import cli\n"
-              "from gputui.ui.fleet_app import FleetApp\n"
-              "def broken(self, view):\n"
-              "    raise RuntimeError('the table broke')\n"
-              "FleetApp.show = broken\n"
-              f"sys.exit(cli.main(['fleet', '--prometheus', {fake.url!r}]))\n")
+    script = (
+        "import sys\n"
+        "from gputui import cli\n"
+        "from gputui.ui.fleet_app import FleetApp\n"
+        "def broken(self, view):\n"
+        "    raise RuntimeError('the table broke')\n"
+        "FleetApp.show = broken\n"
+        f"sys.exit(cli.main(['fleet', '--prometheus', {fake.url!r}]))\n"
+    )
     with fleet_in_pty("-c", script) as run:
         run.proc.wait(timeout=30)
         text = run.text()
@@ -595,18 +624,28 @@ def test_a_crash_of_the_fleet_app_is_a_non_zero_exit_with_one_line(fake: FakePro
         assert "gputui fleet: the fleet view crashed: RuntimeError: the table broke" in text
 
 
-@pytest.mark.parametrize(("hostile", "error"), [
-    (lambda fake: edited(fake, nan_time_in_range), SHAPE),
-    (lambda fake: answer(200, b"<html>"), SHAPE),
-    (lambda fake: redirect("ftp://127.0.0.1:1/x"), "only http and https"),
-], ids=["nan-time", "html", "ftp-redirect"])
-def test_a_bad_answer_at_start_is_one_line_and_exit_2(fake: FakePrometheus,
-                                                       hostile: Hostile,
-                                                       error: str) -> None:
+@pytest.mark.parametrize(
+    ("hostile", "error"),
+    [
+        (lambda fake: edited(fake, nan_time_in_range), SHAPE),
+        (lambda fake: answer(200, b"<html>"), SHAPE),
+        (lambda fake: redirect("ftp://127.0.0.1:1/x"), "only http and https"),
+    ],
+    ids=["nan-time", "html", "ftp-redirect"],
+)
+def test_a_bad_answer_at_start_is_one_line_and_exit_2(
+    fake: FakePrometheus, hostile: Hostile, error: str
+) -> None:
     fake.takeover = hostile(fake)
-    done = subprocess.run([sys.executable, "-m", "gputui", "fleet", "--prometheus", fake.url],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, cwd=ROOT,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "gputui", "fleet", "--prometheus", fake.url],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+        check=False,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("gputui fleet: ") and error in done.stderr

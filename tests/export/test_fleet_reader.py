@@ -30,8 +30,9 @@ def fake() -> Iterator[FakePrometheus]:
         yield server
 
 
-def reader_of(fake: FakePrometheus, selector: str = "", window: float = 900.0,
-              clock: Clock | None = None) -> FleetReader:
+def reader_of(
+    fake: FakePrometheus, selector: str = "", window: float = 900.0, clock: Clock | None = None
+) -> FleetReader:
     return FleetReader(Prometheus(fake.url), selector, window=window, clock=clock or Clock())
 
 
@@ -58,8 +59,10 @@ def test_hosts_and_gpus_are_grouped_by_hostname_or_else_instance(fake: FakeProme
     assert view.gpu_count == 15
     a = host_of(view, "alpha")
     assert (a.instance, a.job, a.stale, a.down, a.gputui) == (alpha.instance, "dcgm", False, False, False)
-    assert [(g.gpu, g.uuid, g.model) for g in a.gpus] == [("0", alpha.uuid(0), MODEL),
-                                                          ("1", alpha.uuid(1), MODEL)]
+    assert [(g.gpu, g.uuid, g.model) for g in a.gpus] == [
+        ("0", alpha.uuid(0), MODEL),
+        ("1", alpha.uuid(1), MODEL),
+    ]
     assert [g.gpu for g in host_of(view, "beta").gpus] == [str(i) for i in range(12)]  # 10 and 11 after 9
     unnamed = host_of(view, "10.9.9.9:9400")
     assert unnamed.instance == "10.9.9.9:9400" and len(unnamed.gpus) == 1
@@ -74,8 +77,10 @@ def test_the_latest_values_of_every_gpu(fake: FakePrometheus) -> None:
     box.gpus[2].power = math.nan  # not a number: unknown
     host = host_of(ok(reader_of(fake).refresh()), "box")
     assert [(g.util, g.mem_used, g.mem_free, g.temperature, g.power) for g in host.gpus] == [
-        (95.0, 1000.0, 8000.0, 60.0, 250.5), (5.0, 2000.0, 7000.0, 61.0, 251.5),
-        (40.0, 3000.0, 6000.0, 62.0, None)]
+        (95.0, 1000.0, 8000.0, 60.0, 250.5),
+        (5.0, 2000.0, 7000.0, 61.0, 251.5),
+        (40.0, 3000.0, 6000.0, 62.0, None),
+    ]
     g0 = host.gpus[0]
     assert g0.mem_total == 9000.0 and g0.mem_percent == pytest.approx(100 * 1000 / 9000)
     assert host.util == pytest.approx((95 + 5 + 40) / 3)
@@ -122,8 +127,15 @@ def test_utilization_series_lie_on_the_step_grid_with_gaps_as_none(fake: FakePro
 
 def test_on_grid_places_samples_on_the_nearest_step() -> None:
     start, step = 1000.0, 10.0
-    values = [(start + 0.4, 1.0), (start + 19.6, 2.0), (start + 30, None), (start + 40, None),
-              (start - 10, 9.0), (start + 50, 9.0), (start + 41, 4.0)]
+    values = [
+        (start + 0.4, 1.0),
+        (start + 19.6, 2.0),
+        (start + 30, None),
+        (start + 40, None),
+        (start - 10, 9.0),
+        (start + 50, 9.0),
+        (start + 41, 4.0),
+    ]
     assert on_grid(values, start, step, 5) == (1.0, None, 2.0, None, 4.0)
     assert on_grid([], start, step, 3) == (None, None, None)
 
@@ -154,7 +166,13 @@ def test_a_host_absent_from_the_instant_query_is_stale_and_keeps_its_values(fake
     assert gone.last_seen == NOW  # its newest sample, for "stale 60s"
     for before, after in zip(first.gpus, gone.gpus, strict=True):
         assert (after.util, after.mem_used, after.mem_free, after.temperature, after.power, after.dips) == (
-            before.util, before.mem_used, before.mem_free, before.temperature, before.power, before.dips)
+            before.util,
+            before.mem_used,
+            before.mem_free,
+            before.temperature,
+            before.power,
+            before.dips,
+        )
         assert after.util is not None
         # ... with the new window behind them: four steps with no sample at the end.
         assert after.series[-4:] == (None,) * 4 and after.series[-5] == before.util
@@ -303,8 +321,12 @@ def test_host_detail_processes_agents_and_memory_over_the_window(fake: FakeProme
         {"gpu": 0, "pid": 300, "user": "cy", "command": "python old.py", "class": "defunct", "memory": 3e9},
     ]
     box.agents = [
-        {"pid": 100, "cuda_device": 0, "command": "python train.py",
-         "values": {"allocated_bytes": 1e9, "reserved_bytes": 2e9, "fragmentation_percent": 50.0}},
+        {
+            "pid": 100,
+            "cuda_device": 0,
+            "command": "python train.py",
+            "values": {"allocated_bytes": 1e9, "reserved_bytes": 2e9, "fragmentation_percent": 50.0},
+        },
         {"pid": 100, "cuda_device": 1, "command": "python train.py", "values": {"allocated_bytes": 3e8}},
         {"pid": 7, "cuda_device": 0, "command": "python x.py", "values": {"ooms_total": 2.0}},
     ]
@@ -322,8 +344,10 @@ def test_host_detail_processes_agents_and_memory_over_the_window(fake: FakeProme
     ]  # most memory first; not the other host's
     assert len(detail.agents) == 3  # one per process and CUDA device, its metrics together
     assert {(a.pid, a.cuda_device): (a.command, a.values) for a in detail.agents} == {
-        ("100", "0"): ("python train.py", {"allocated_bytes": 1e9, "reserved_bytes": 2e9,
-                                           "fragmentation_percent": 50.0}),
+        ("100", "0"): (
+            "python train.py",
+            {"allocated_bytes": 1e9, "reserved_bytes": 2e9, "fragmentation_percent": 50.0},
+        ),
         ("100", "1"): ("python train.py", {"allocated_bytes": 3e8}),
         ("7", "0"): ("python x.py", {"ooms_total": 2.0}),
     }
@@ -374,8 +398,9 @@ def test_a_url_with_a_bad_port_is_refused_before_any_refresh() -> None:
 # --- sorting -------------------------------------------------------------------------------------------
 
 
-def _host(name: str, util: float | None, used: float | None, dips: float | None,
-          zombies: dict[str, int] | None) -> FleetHost:
+def _host(
+    name: str, util: float | None, used: float | None, dips: float | None, zombies: dict[str, int] | None
+) -> FleetHost:
     gpu = FleetGpu("0", util=util, mem_used=used, mem_free=None if used is None else 80.0 - used, dips=dips)
     return FleetHost(name, gpus=(gpu,), gputui=zombies is not None, zombies=zombies or {})
 

@@ -73,19 +73,19 @@ async def test_fleet_app_over_100_hosts(fake: FakePrometheus) -> None:
         busy = [h.name for h in sort_hosts(app.view.hosts, "busy")]
         shown = names(app)
         assert 40 <= len(shown) < HOSTS  # a screenful
-        assert shown == busy[:len(shown)]
+        assert shown == busy[: len(shown)]
         first = lines(app.table)[1].split()
         assert first[:3] == [busy[0], f"{GPUS}/{GPUS}", "99%"]
         assert "100 hosts · 800 GPUs" in lines(app.header)[0]
 
         await pilot.press("end")
         assert app.table.current.name == busy[-1]
-        assert names(app)[-1] == busy[-1] and names(app) == busy[-len(shown):]
+        assert names(app)[-1] == busy[-1] and names(app) == busy[-len(shown) :]
 
         await pilot.press("i")  # idlest first: the cursor stays on its host, now at the top
         idle = [h.name for h in sort_hosts(app.view.hosts, "idle")]
         assert idle == busy[::-1]
-        assert names(app) == idle[:len(shown)]
+        assert names(app) == idle[: len(shown)]
         assert lines(app.table)[1].split()[:3] == [idle[0], f"0/{GPUS}", "0%"]
         assert app.table.current.name == idle[0] and app.table.cursor == 0
         assert "sort idle" in lines(app.header)[0]

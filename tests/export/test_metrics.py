@@ -29,9 +29,17 @@ FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "agent_stats_cud
 GPU_LABEL_NAMES = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
 PROCESS_LABEL_NAMES = {"gpu", "UUID", "Hostname", "pid", "user", "command", "class"}
 DCGM_NAMES = (
-    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK",
-    "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
 )
 
 
@@ -47,8 +55,11 @@ class Scrape:
     types: dict[str, str]
 
     def series(self, name: str, **match: str) -> list[tuple[dict[str, str], float]]:
-        return [(labels, value) for labels, value in self.samples.get(name, [])
-                if all(labels.get(k) == v for k, v in match.items())]
+        return [
+            (labels, value)
+            for labels, value in self.samples.get(name, [])
+            if all(labels.get(k) == v for k, v in match.items())
+        ]
 
     def value(self, name: str, **match: str) -> float:
         found = self.series(name, **match)
@@ -100,38 +111,92 @@ def scrape_snapshot(snap: Snapshot, dips: DipCounters | None = None) -> Scrape:
 
 def gpu0(**changes: Any) -> GpuSample:
     g = GpuSample(
-        index=0, name="NVIDIA H100 80GB HBM3", uuid="GPU-0b5c8a64-1e27-4bd5-9f1c-0a2a6c3b7d11",
-        pci_bus_id="00000000:18:00.0", minor=3,  # minor differs from index: device must say nvidia3
-        util_gpu=97, util_mem=41, mem_total=81559 * MIB, mem_used=40000 * MIB + 123_456,
-        mem_reserved=515 * MIB, temperature=61, power=512.3, energy=123_456.789, sm_clock=1980,
-        mem_clock=2619, enc_util=3, dec_util=12)
+        index=0,
+        name="NVIDIA H100 80GB HBM3",
+        uuid="GPU-0b5c8a64-1e27-4bd5-9f1c-0a2a6c3b7d11",
+        pci_bus_id="00000000:18:00.0",
+        minor=3,  # minor differs from index: device must say nvidia3
+        util_gpu=97,
+        util_mem=41,
+        mem_total=81559 * MIB,
+        mem_used=40000 * MIB + 123_456,
+        mem_reserved=515 * MIB,
+        temperature=61,
+        power=512.3,
+        energy=123_456.789,
+        sm_clock=1980,
+        mem_clock=2619,
+        enc_util=3,
+        dec_util=12,
+    )
     return replace(g, **changes)
 
 
 def gpu1(**changes: Any) -> GpuSample:
     g = GpuSample(
-        index=1, name="NVIDIA A100-SXM4-40GB", uuid="GPU-77e0d2f4-93aa-4c1e-8d5e-2f1b0c9e6a42",
-        pci_bus_id="00000000:3B:00.0", minor=0,
-        util_gpu=0, util_mem=0, mem_total=40960 * MIB, mem_used=1024 * MIB, mem_reserved=None,
-        temperature=34, power=61.0, energy=0.5, sm_clock=210, mem_clock=1215, enc_util=0, dec_util=0)
+        index=1,
+        name="NVIDIA A100-SXM4-40GB",
+        uuid="GPU-77e0d2f4-93aa-4c1e-8d5e-2f1b0c9e6a42",
+        pci_bus_id="00000000:3B:00.0",
+        minor=0,
+        util_gpu=0,
+        util_mem=0,
+        mem_total=40960 * MIB,
+        mem_used=1024 * MIB,
+        mem_reserved=None,
+        temperature=34,
+        power=61.0,
+        energy=0.5,
+        sm_clock=210,
+        mem_clock=1215,
+        enc_util=0,
+        dec_util=0,
+    )
     return replace(g, **changes)
 
 
-def proc(pid: int, gpu: int | None = 0, used: int | None = 2 * 1024 * MIB, category: str = "ok",
-         command: str | None = "/opt/conda/bin/python train.py --epochs 90", user: str | None = "alice",
-         name: str | None = "python", kinds: str = "C") -> ProcessRow:
-    return ProcessRow(gpu=gpu, pid=pid, kinds=kinds, used_memory=used, sm_util=50, mem_util=20,
-                      visible=True, user=user, name=name, command=command, category=category)
+def proc(
+    pid: int,
+    gpu: int | None = 0,
+    used: int | None = 2 * 1024 * MIB,
+    category: str = "ok",
+    command: str | None = "/opt/conda/bin/python train.py --epochs 90",
+    user: str | None = "alice",
+    name: str | None = "python",
+    kinds: str = "C",
+) -> ProcessRow:
+    return ProcessRow(
+        gpu=gpu,
+        pid=pid,
+        kinds=kinds,
+        used_memory=used,
+        sm_util=50,
+        mem_util=20,
+        visible=True,
+        user=user,
+        name=name,
+        command=command,
+        category=category,
+    )
 
 
-def snapshot(gpus: Iterable[GpuSample] = (), processes: Iterable[ProcessRow] = (), time: float = 1000.0,
-             **changes: Any) -> Snapshot:
+def snapshot(
+    gpus: Iterable[GpuSample] = (), processes: Iterable[ProcessRow] = (), time: float = 1000.0, **changes: Any
+) -> Snapshot:
     gpus = tuple(gpus) or (gpu0(), gpu1())
     if "agents" in changes:  # replies as an agent sends them: through the boundary, as the sampler does
         changes["agents"] = {pid: agent_reply_parse(pid, reply) for pid, reply in changes["agents"].items()}
-    return Snapshot(time=time, hostname=HOST, source="nvml", driver_version="580.95.05",
-                    nvml_version="13.580.95.05", cuda_driver_version="13.0", gpus=gpus,
-                    processes=tuple(processes), **changes)
+    return Snapshot(
+        time=time,
+        hostname=HOST,
+        source="nvml",
+        driver_version="580.95.05",
+        nvml_version="13.580.95.05",
+        cuda_driver_version="13.0",
+        gpus=gpus,
+        processes=tuple(processes),
+        **changes,
+    )
 
 
 def agent_reply() -> dict[str, Any]:
@@ -144,12 +209,22 @@ def agent_reply() -> dict[str, Any]:
 def test_every_dcgm_field_for_every_gpu_with_dcgm_exporters_labels() -> None:
     s = scrape_snapshot(snapshot())
     expected_labels = {
-        "0": {"gpu": "0", "UUID": "GPU-0b5c8a64-1e27-4bd5-9f1c-0a2a6c3b7d11",
-              "pci_bus_id": "00000000:18:00.0", "device": "nvidia3", "modelName": "NVIDIA H100 80GB HBM3",
-              "Hostname": HOST},
-        "1": {"gpu": "1", "UUID": "GPU-77e0d2f4-93aa-4c1e-8d5e-2f1b0c9e6a42",
-              "pci_bus_id": "00000000:3B:00.0", "device": "nvidia0", "modelName": "NVIDIA A100-SXM4-40GB",
-              "Hostname": HOST},
+        "0": {
+            "gpu": "0",
+            "UUID": "GPU-0b5c8a64-1e27-4bd5-9f1c-0a2a6c3b7d11",
+            "pci_bus_id": "00000000:18:00.0",
+            "device": "nvidia3",
+            "modelName": "NVIDIA H100 80GB HBM3",
+            "Hostname": HOST,
+        },
+        "1": {
+            "gpu": "1",
+            "UUID": "GPU-77e0d2f4-93aa-4c1e-8d5e-2f1b0c9e6a42",
+            "pci_bus_id": "00000000:3B:00.0",
+            "device": "nvidia0",
+            "modelName": "NVIDIA A100-SXM4-40GB",
+            "Hostname": HOST,
+        },
     }
     for name in DCGM_NAMES:
         got = s.series(name)
@@ -192,21 +267,26 @@ def test_device_falls_back_to_the_index_without_a_minor() -> None:
     s = scrape_snapshot(snapshot([gpu0(), gpu1(minor=None)]))
     assert s.by("DCGM_FI_DEV_GPU_UTIL", "gpu") == {"0": 97, "1": 0}
     assert {labels["gpu"]: labels["device"] for labels, _ in s.series("DCGM_FI_DEV_GPU_UTIL")} == {
-        "0": "nvidia3", "1": "nvidia1"}
+        "0": "nvidia3",
+        "1": "nvidia1",
+    }
 
 
-@pytest.mark.parametrize(("field", "name"), [
-    ("util_gpu", "DCGM_FI_DEV_GPU_UTIL"),
-    ("util_mem", "DCGM_FI_DEV_MEM_COPY_UTIL"),
-    ("mem_used", "DCGM_FI_DEV_FB_USED"),
-    ("temperature", "DCGM_FI_DEV_GPU_TEMP"),
-    ("power", "DCGM_FI_DEV_POWER_USAGE"),
-    ("sm_clock", "DCGM_FI_DEV_SM_CLOCK"),
-    ("mem_clock", "DCGM_FI_DEV_MEM_CLOCK"),
-    ("enc_util", "DCGM_FI_DEV_ENC_UTIL"),
-    ("dec_util", "DCGM_FI_DEV_DEC_UTIL"),
-    ("energy", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
-])
+@pytest.mark.parametrize(
+    ("field", "name"),
+    [
+        ("util_gpu", "DCGM_FI_DEV_GPU_UTIL"),
+        ("util_mem", "DCGM_FI_DEV_MEM_COPY_UTIL"),
+        ("mem_used", "DCGM_FI_DEV_FB_USED"),
+        ("temperature", "DCGM_FI_DEV_GPU_TEMP"),
+        ("power", "DCGM_FI_DEV_POWER_USAGE"),
+        ("sm_clock", "DCGM_FI_DEV_SM_CLOCK"),
+        ("mem_clock", "DCGM_FI_DEV_MEM_CLOCK"),
+        ("enc_util", "DCGM_FI_DEV_ENC_UTIL"),
+        ("dec_util", "DCGM_FI_DEV_DEC_UTIL"),
+        ("energy", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+    ],
+)
 def test_an_unavailable_field_gives_no_sample_for_that_gpu_only(field: str, name: str) -> None:
     s = scrape_snapshot(snapshot([gpu0(), gpu1(**{field: None})]))
     assert [labels["gpu"] for labels, _ in s.series(name)] == ["0"]
@@ -229,8 +309,14 @@ def test_a_lost_gpu_has_no_dcgm_samples_but_is_flagged_lost() -> None:
         assert [labels["gpu"] for labels, _ in s.series(name)] == ["0"], name
     assert s.by("gputui_gpu_lost", "gpu") == {"0": 0, "1": 1}
     labels, _ = s.series("gputui_gpu_lost", gpu="1")[0]
-    assert labels == {"gpu": "1", "UUID": lost.uuid, "pci_bus_id": lost.pci_bus_id, "device": "nvidia0",
-                      "modelName": lost.name, "Hostname": HOST}
+    assert labels == {
+        "gpu": "1",
+        "UUID": lost.uuid,
+        "pci_bus_id": lost.pci_bus_id,
+        "device": "nvidia0",
+        "modelName": lost.name,
+        "Hostname": HOST,
+    }
     assert s.by("gputui_unaccounted_memory_bytes", "gpu") == {"0": 5 * MIB}
 
 
@@ -238,30 +324,61 @@ def test_a_lost_gpu_has_no_dcgm_samples_but_is_flagged_lost() -> None:
 
 
 def test_process_memory_series_and_their_labels() -> None:
-    procs = [proc(4101, gpu=0, used=3 * 1024 * MIB),
-             proc(4102, gpu=1, used=512 * MIB, command=None, name="ollama", user=None, category="unseen")]
+    procs = [
+        proc(4101, gpu=0, used=3 * 1024 * MIB),
+        proc(4102, gpu=1, used=512 * MIB, command=None, name="ollama", user=None, category="unseen"),
+    ]
     s = scrape_snapshot(snapshot(processes=procs))
     got = sorted(s.series("gputui_process_gpu_memory_bytes"), key=lambda lv: lv[0]["pid"])
     assert got == [
-        ({"gpu": "0", "UUID": gpu0().uuid, "Hostname": HOST, "pid": "4101", "user": "alice",
-          "command": "python train.py --epochs 90", "class": "ok"}, 3 * 1024 * MIB),
-        ({"gpu": "1", "UUID": gpu1().uuid, "Hostname": HOST, "pid": "4102", "user": "",
-          "command": "ollama", "class": "unseen"}, 512 * MIB),
+        (
+            {
+                "gpu": "0",
+                "UUID": gpu0().uuid,
+                "Hostname": HOST,
+                "pid": "4101",
+                "user": "alice",
+                "command": "python train.py --epochs 90",
+                "class": "ok",
+            },
+            3 * 1024 * MIB,
+        ),
+        (
+            {
+                "gpu": "1",
+                "UUID": gpu1().uuid,
+                "Hostname": HOST,
+                "pid": "4102",
+                "user": "",
+                "command": "ollama",
+                "class": "unseen",
+            },
+            512 * MIB,
+        ),
     ]
     assert s.types["gputui_process_gpu_memory_bytes"] == "gauge"
 
 
 def test_a_process_on_two_gpus_has_a_series_on_each() -> None:
-    s = scrape_snapshot(snapshot(processes=[proc(77, gpu=0, used=MIB), proc(77, gpu=1, used=2 * MIB),
-                                            proc(77, gpu=1, used=2 * MIB)]))  # listed twice on GPU 1
+    s = scrape_snapshot(
+        snapshot(
+            processes=[
+                proc(77, gpu=0, used=MIB),
+                proc(77, gpu=1, used=2 * MIB),
+                proc(77, gpu=1, used=2 * MIB),
+            ]
+        )
+    )  # listed twice on GPU 1
     assert s.by("gputui_process_gpu_memory_bytes", "gpu", pid="77") == {"0": MIB, "1": 2 * MIB}
 
 
 def test_processes_without_memory_or_gpu_are_not_exported() -> None:
-    procs = [proc(10, used=None, kinds=""),  # a device holder NVML does not list
-             proc(11, gpu=None),  # holds only nvidiactl: GPU unknown
-             proc(12, gpu=5),  # a GPU not in the snapshot
-             proc(13, used=0)]  # zero is a reading, not "unavailable"
+    procs = [
+        proc(10, used=None, kinds=""),  # a device holder NVML does not list
+        proc(11, gpu=None),  # holds only nvidiactl: GPU unknown
+        proc(12, gpu=5),  # a GPU not in the snapshot
+        proc(13, used=0),
+    ]  # zero is a reading, not "unavailable"
     s = scrape_snapshot(snapshot(processes=procs))
     assert s.by("gputui_process_gpu_memory_bytes", "pid") == {"13": 0}
 
@@ -302,10 +419,15 @@ def test_label_values_with_quotes_and_newlines_survive_the_round_trip() -> None:
 
 
 def test_zombie_counts_per_class_with_zeros() -> None:
-    procs = [proc(1, category="defunct", used=None), proc(2, category="defunct", used=None),
-             proc(3, gpu=0, category="orphan"), proc(3, gpu=1, category="orphan"),  # one process, two GPUs
-             proc(4, category="nvml-only"),
-             proc(5, category="ok"), proc(6, category="worker", used=None)]
+    procs = [
+        proc(1, category="defunct", used=None),
+        proc(2, category="defunct", used=None),
+        proc(3, gpu=0, category="orphan"),
+        proc(3, gpu=1, category="orphan"),  # one process, two GPUs
+        proc(4, category="nvml-only"),
+        proc(5, category="ok"),
+        proc(6, category="worker", used=None),
+    ]
     s = scrape_snapshot(snapshot(processes=procs))
     counts = s.by("gputui_zombie_processes", "class", Hostname=HOST)
     assert counts == {"defunct": 2, "orphan": 1, "nvml-only": 1, "stuck": 0, "unseen": 0, "no-permission": 0}
@@ -345,8 +467,10 @@ def dip(gpu: int, start: float, seconds: float, ongoing: bool = False) -> Dip:
 
 def test_dip_counters_by_kind_seconds_and_in_dip() -> None:
     counters = DipCounters()
-    counters.add([dip(0, 100, 3.0), dip(0, 200, 12.0), dip(1, 300, 4.5), dip(1, 400, 5.0)],
-                 [dip(1, 500, 2.5, ongoing=True)])
+    counters.add(
+        [dip(0, 100, 3.0), dip(0, 200, 12.0), dip(1, 300, 4.5), dip(1, 400, 5.0)],
+        [dip(1, 500, 2.5, ongoing=True)],
+    )
     s = scrape_snapshot(snapshot(), counters)
     assert s.types["gputui_dips_total"] == "counter"
     assert s.by("gputui_dips_total", "kind", gpu="0") == {"stall": 1, "long": 1}
@@ -366,7 +490,11 @@ def test_dip_counters_by_kind_seconds_and_in_dip() -> None:
 def test_dip_counters_start_at_zero_for_every_gpu_and_kind() -> None:
     s = scrape_snapshot(snapshot(), DipCounters())
     assert sorted((labels["gpu"], labels["kind"], v) for labels, v in s.series("gputui_dips_total")) == [
-        ("0", "long", 0), ("0", "stall", 0), ("1", "long", 0), ("1", "stall", 0)]
+        ("0", "long", 0),
+        ("0", "stall", 0),
+        ("1", "long", 0),
+        ("1", "stall", 0),
+    ]
     assert s.by("gputui_dip_seconds_total", "gpu") == {"0": 0, "1": 0}
     assert s.by("gputui_gpu_in_dip", "gpu") == {"0": 0, "1": 0}
 
@@ -425,7 +553,8 @@ def test_agent_allocator_metrics_from_a_real_reply() -> None:
     assert s.types["gputui_agent_ooms_total"] == "counter"
     assert s.types["gputui_agent_reserved_bytes"] == "gauge"
     assert s.series("gputui_agent_data_wait_ratio") == [
-        ({"Hostname": HOST, "pid": "4101", "command": AGENT_COMMAND}, pytest.approx(0.071))]
+        ({"Hostname": HOST, "pid": "4101", "command": AGENT_COMMAND}, pytest.approx(0.071))
+    ]
 
 
 def test_an_agent_without_a_process_row_has_an_empty_command() -> None:
@@ -482,19 +611,22 @@ def _mutate(change: str) -> dict[str, Any]:
     return reply
 
 
-@pytest.mark.parametrize("change", [
-    "devices of the wrong kind",
-    "devices as a string",
-    "devices as a dict",
-    "no allocator",
-    "strings for numbers",
-    "bools for numbers",
-    "devices as a number",
-    "allocator as a string",
-    "allocator as a list",
-    "progress as a string",
-    "bool data wait share",
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "devices of the wrong kind",
+        "devices as a string",
+        "devices as a dict",
+        "no allocator",
+        "strings for numbers",
+        "bools for numbers",
+        "devices as a number",
+        "allocator as a string",
+        "allocator as a list",
+        "progress as a string",
+        "bool data wait share",
+    ],
+)
 def test_a_malformed_agent_reply_gives_no_series(change: str) -> None:
     """A well-formed agent beside it keeps all its series; the malformed one gives no wrong numbers."""
     snap = agent_snapshot((4101, agent_reply()), (4242, _mutate(change)))
@@ -502,8 +634,11 @@ def test_a_malformed_agent_reply_gives_no_series(change: str) -> None:
     good = {"Hostname": HOST, "pid": "4101", "command": AGENT_COMMAND, "cuda_device": "0"}
     assert s.series("gputui_agent_allocated_bytes", pid="4101") == [(good, 52613349376)]
     assert s.value("gputui_agent_data_wait_ratio", pid="4101") == pytest.approx(0.071)
-    bad = {name: [v for _, v in s.series(name, pid="4242")]
-           for name in s.samples if name.startswith("gputui_agent_")}
+    bad = {
+        name: [v for _, v in s.series(name, pid="4242")]
+        for name in s.samples
+        if name.startswith("gputui_agent_")
+    }
     bad = {name: values for name, values in bad.items() if values}
     if change == "no allocator":  # valid: an agent in a process that has not imported torch
         assert bad == {"gputui_agent_data_wait_ratio": [pytest.approx(0.071)]}
@@ -521,8 +656,10 @@ def test_a_malformed_agent_reply_during_a_dip_does_not_stop_the_exporter() -> No
     reply = agent_reply()
     reply["progress"]["data_wait_share"] = "n/a"
     utils = [95] * 12 + [10, 10, 10] + [95]
-    snaps = [snapshot([gpu0(util_gpu=u), gpu1()], [proc(4101)], time=1000.0 + i, agents={4101: reply})
-             for i, u in enumerate(utils)]
+    snaps = [
+        snapshot([gpu0(util_gpu=u), gpu1()], [proc(4101)], time=1000.0 + i, agents={4101: reply})
+        for i, u in enumerate(utils)
+    ]
     exporter = Exporter(FakeSampler(snaps))  # type: ignore[arg-type]
     for _ in utils:
         exporter.tick()
@@ -560,7 +697,8 @@ def test_exporter_info_and_sample_timestamp() -> None:
     assert exporter.tick() is not None
     s = scrape(exporter)
     assert s.series("gputui_exporter_info") == [
-        ({"version": __version__, "source": "nvml", "Hostname": "dgx-3"}, 1.0)]
+        ({"version": __version__, "source": "nvml", "Hostname": "dgx-3"}, 1.0)
+    ]
     assert s.series("gputui_exporter_sample_failures_total") == [({}, 0)]
     assert s.value("gputui_exporter_last_sample_timestamp_seconds") == 1234.5
     assert s.value("gputui_exporter_sample_seconds") >= 0

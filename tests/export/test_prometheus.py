@@ -41,8 +41,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus
             e.stop()
 
 
-def test_dcgm_metric_names_and_labels_through_prometheus(fleet: tuple[PrometheusServer, list[Exporter]]
-                                                         ) -> None:
+def test_dcgm_metric_names_and_labels_through_prometheus(
+    fleet: tuple[PrometheusServer, list[Exporter]],
+) -> None:
     prom, _ = fleet
     for name, *_ in DCGM_FIELDS:
         series = prom.wait_for(name, count=sum(HOSTS.values()))
@@ -55,10 +56,14 @@ def test_dcgm_metric_names_and_labels_through_prometheus(fleet: tuple[Prometheus
             assert labels["pci_bus_id"].count(":") == 2
             by_host.setdefault(labels["Hostname"], set()).add(labels["gpu"])
         assert by_host == {h: {str(i) for i in range(n)} for h, n in HOSTS.items()}, name
-    used = {(s["metric"]["Hostname"], s["metric"]["gpu"]): float(s["value"][1])
-            for s in prom.query("DCGM_FI_DEV_FB_USED")}
-    free = {(s["metric"]["Hostname"], s["metric"]["gpu"]): float(s["value"][1])
-            for s in prom.query("DCGM_FI_DEV_FB_FREE")}
+    used = {
+        (s["metric"]["Hostname"], s["metric"]["gpu"]): float(s["value"][1])
+        for s in prom.query("DCGM_FI_DEV_FB_USED")
+    }
+    free = {
+        (s["metric"]["Hostname"], s["metric"]["gpu"]): float(s["value"][1])
+        for s in prom.query("DCGM_FI_DEV_FB_FREE")
+    }
     for key, mib in used.items():  # an 80 GB H100 of the demo: MiB, as dcgm-exporter reports them
         assert 70_000 < mib + free[key] < 82_000, key
         assert mib == int(mib)
@@ -76,11 +81,14 @@ def test_gputui_metrics_through_prometheus(fleet: tuple[PrometheusServer, list[E
     for s in zombies:
         classes.setdefault(s["metric"]["Hostname"], set()).add(s["metric"]["class"])
     assert classes == {h: set(ZOMBIE_CLASSES) for h in HOSTS}
-    defunct = {s["metric"]["Hostname"]: float(s["value"][1]) for s in zombies
-               if s["metric"]["class"] == "defunct"}
+    defunct = {
+        s["metric"]["Hostname"]: float(s["value"][1]) for s in zombies if s["metric"]["class"] == "defunct"
+    }
     assert defunct == dict.fromkeys(HOSTS, 1.0)  # each demo leaves one unreaped child
-    unaccounted = {(s["metric"]["Hostname"], s["metric"]["gpu"]): float(s["value"][1])
-                   for s in prom.query("gputui_unaccounted_memory_bytes")}
+    unaccounted = {
+        (s["metric"]["Hostname"], s["metric"]["gpu"]): float(s["value"][1])
+        for s in prom.query("gputui_unaccounted_memory_bytes")
+    }
     assert unaccounted[("node-a", "0")] == 1.5 * 2**30  # the demo's leak on GPU 0
     dips = prom.wait_for("gputui_dips_total", count=2 * sum(HOSTS.values()))
     assert {s["metric"]["kind"] for s in dips} == {"stall", "long"}

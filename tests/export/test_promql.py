@@ -45,7 +45,9 @@ def _one_line(err: pytest.ExceptionInfo[PrometheusError]) -> str:
 def test_instant_query_is_a_form_encoded_post(fake: FakePrometheus) -> None:
     result = Prometheus(fake.url).query("up", at=1_700_000_000.25)
     assert sorted((s.labels["instance"], s.time, s.value) for s in result) == [
-        ("10.0.0.1:9400", 1_700_000_000.25, 1.0), ("10.0.0.2:9400", 1_700_000_000.25, 1.0)]
+        ("10.0.0.1:9400", 1_700_000_000.25, 1.0),
+        ("10.0.0.2:9400", 1_700_000_000.25, 1.0),
+    ]
     [sent] = fake.received
     assert (sent.method, sent.path) == ("POST", "/api/v1/query")
     assert sent.content_type == "application/x-www-form-urlencoded"
@@ -58,12 +60,17 @@ def test_instant_query_without_a_time_leaves_it_to_prometheus(fake: FakePromethe
 
 
 def test_range_query_sends_start_end_and_step(fake: FakePrometheus) -> None:
-    result = Prometheus(fake.url).query_range('DCGM_FI_DEV_GPU_UTIL{Hostname="node001"}',
-                                              1_700_000_000, 1_700_000_060, 15)
+    result = Prometheus(fake.url).query_range(
+        'DCGM_FI_DEV_GPU_UTIL{Hostname="node001"}', 1_700_000_000, 1_700_000_060, 15
+    )
     [sent] = fake.received
     assert sent.path == "/api/v1/query_range"
-    assert sent.params == {"query": 'DCGM_FI_DEV_GPU_UTIL{Hostname="node001"}', "start": "1700000000.000",
-                           "end": "1700000060.000", "step": "15"}
+    assert sent.params == {
+        "query": 'DCGM_FI_DEV_GPU_UTIL{Hostname="node001"}',
+        "start": "1700000000.000",
+        "end": "1700000060.000",
+        "step": "15",
+    }
     assert sorted(s.labels["gpu"] for s in result) == ["0", "1"]  # the matcher reached the server
     assert [t for t, _ in result[0].points] == [1_700_000_000 + 15 * k for k in range(5)]
 
@@ -126,7 +133,7 @@ def test_http_400_with_prometheus_error_json_is_a_refused_query(fake: FakePromet
     reason = 'parse error: unexpected "}" in label matching, expected string'
     fake.refusal = reason
     with pytest.raises(QueryRefused) as err:
-        Prometheus(fake.url).query('DCGM_FI_DEV_GPU_UTIL{job=}')
+        Prometheus(fake.url).query("DCGM_FI_DEV_GPU_UTIL{job=}")
     assert _one_line(err) == f"Prometheus refused the query: {reason}"
 
 
@@ -141,14 +148,18 @@ def test_status_error_in_a_200_answer_is_a_refused_query(fake: FakePrometheus) -
     assert _one_line(err) == "Prometheus refused the query: no reason given"
 
 
-@pytest.mark.parametrize("answer", [
-    (200, "text/html", b"<html><body>Grafana</body></html>"),
-    (200, "text/plain", b""),
-    _json(["not", "an", "object"]),
-    _json({"status": "success"}),  # no data
-    _json({"status": "success", "data": {"resultType": "vector", "result": None}}),
-    _json({"status": "success", "data": "nothing"}),
-], ids=["html", "empty", "json-list", "no-data", "null-result", "data-not-object"])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (200, "text/html", b"<html><body>Grafana</body></html>"),
+        (200, "text/plain", b""),
+        _json(["not", "an", "object"]),
+        _json({"status": "success"}),  # no data
+        _json({"status": "success", "data": {"resultType": "vector", "result": None}}),
+        _json({"status": "success", "data": "nothing"}),
+    ],
+    ids=["html", "empty", "json-list", "no-data", "null-result", "data-not-object"],
+)
 def test_an_answer_not_shaped_like_prometheus(fake: FakePrometheus, answer: tuple[int, str, bytes]) -> None:
     fake.raw = answer
     with pytest.raises(PrometheusError) as err:
@@ -176,8 +187,10 @@ def test_http_error_with_json_lacking_an_error_names_the_status(fake: FakePromet
 
 def test_a_prometheus_query_timeout_is_not_a_refused_query(fake: FakePrometheus) -> None:
     # What Prometheus answers when a query exceeds --query.timeout (web/api/v1: errorTimeout -> 503).
-    fake.raw = _json({"status": "error", "errorType": "timeout",
-                      "error": "query timed out in expression evaluation"}, status=503)
+    fake.raw = _json(
+        {"status": "error", "errorType": "timeout", "error": "query timed out in expression evaluation"},
+        status=503,
+    )
     with pytest.raises(PrometheusError) as err:
         Prometheus(fake.url).query("up")
     assert "query timed out" in _one_line(err)
@@ -187,12 +200,15 @@ def test_a_prometheus_query_timeout_is_not_a_refused_query(fake: FakePrometheus)
 # --- URLs, matchers and label values --------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("url", "expected"), [
-    ("http://prometheus:9090", "http://prometheus:9090"),
-    ("http://prometheus:9090/", "http://prometheus:9090"),
-    ("https://metrics.example.com/prometheus/", "https://metrics.example.com/prometheus"),
-    ("http://127.0.0.1:9090/a/b", "http://127.0.0.1:9090/a/b"),
-])
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://prometheus:9090", "http://prometheus:9090"),
+        ("http://prometheus:9090/", "http://prometheus:9090"),
+        ("https://metrics.example.com/prometheus/", "https://metrics.example.com/prometheus"),
+        ("http://127.0.0.1:9090/a/b", "http://127.0.0.1:9090/a/b"),
+    ],
+)
 def test_check_url_accepts_http_and_https(url: str, expected: str) -> None:
     assert check_url(url) == expected
     assert Prometheus(url).url == expected
@@ -231,27 +247,33 @@ def test_an_answer_that_is_not_http_is_a_prometheus_error() -> None:
         thread.join(5)
 
 
-@pytest.mark.parametrize(("selector", "expected"), [
-    ('{job="gpu"}', 'job="gpu"'),
-    ('job="gpu"', 'job="gpu"'),
-    ('  { job="gpu", Hostname=~"node.*" }  ', 'job="gpu", Hostname=~"node.*"'),
-    ('job="gpu",Hostname=~"node.*"', 'job="gpu",Hostname=~"node.*"'),
-    ("{}", ""),
-    ("", ""),
-    ("   ", ""),
-])
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ('{job="gpu"}', 'job="gpu"'),
+        ('job="gpu"', 'job="gpu"'),
+        ('  { job="gpu", Hostname=~"node.*" }  ', 'job="gpu", Hostname=~"node.*"'),
+        ('job="gpu",Hostname=~"node.*"', 'job="gpu",Hostname=~"node.*"'),
+        ("{}", ""),
+        ("", ""),
+        ("   ", ""),
+    ],
+)
 def test_matchers_with_and_without_braces(selector: str, expected: str) -> None:
     assert matchers(selector) == expected
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("node-1", '"node-1"'),
-    ('say "hi"', r'"say \"hi\""'),
-    ("C:\\temp", r'"C:\\temp"'),
-    ("two\nlines", r'"two\nlines"'),
-    ('\\"', r'"\\\""'),  # a backslash before a quote: each escaped on its own
-    ("", '""'),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("node-1", '"node-1"'),
+        ('say "hi"', r'"say \"hi\""'),
+        ("C:\\temp", r'"C:\\temp"'),
+        ("two\nlines", r'"two\nlines"'),
+        ('\\"', r'"\\\""'),  # a backslash before a quote: each escaped on its own
+        ("", '""'),
+    ],
+)
 def test_label_value_escapes_quotes_backslashes_and_newlines(text: str, expected: str) -> None:
     assert label_value(text) == expected
     assert "\n" not in label_value(text)

@@ -160,8 +160,17 @@ async def test_per_field_errors_show_na_in_that_pane_only_and_clear_again() -> N
         rows_before = body(app)
 
         # Temperature, power, memory, utilization (and clocks) unavailable on GPU 2 for three ticks.
-        g2 = replace(base.gpus[2], util_gpu=None, util_mem=None, mem_used=None, mem_total=None,
-                     temperature=None, power=None, sm_clock=None, pstate=None)
+        g2 = replace(
+            base.gpus[2],
+            util_gpu=None,
+            util_mem=None,
+            mem_used=None,
+            mem_total=None,
+            temperature=None,
+            power=None,
+            sm_clock=None,
+            pstate=None,
+        )
         faulty = replace(base, gpus=(*base.gpus[:2], g2, *base.gpus[3:]))
         frames = app.frames
         for k in range(1, 4):
@@ -172,7 +181,7 @@ async def test_per_field_errors_show_na_in_that_pane_only_and_clear_again() -> N
         assert now[2].count(NA) == 6, now[2]  # util, memory, temperature, power, SM clock, P-state
         assert "°C" not in now[2] and " W" not in now[2] and "GiB" not in now[2] and "MHz" not in now[2]
         assert [h for i, h in enumerate(now) if i != 2] == [h for i, h in enumerate(before) if i != 2]
-        pane2 = lines(app.panes)[2 * FULL_LINES:3 * FULL_LINES]
+        pane2 = lines(app.panes)[2 * FULL_LINES : 3 * FULL_LINES]
         assert pane2[1].lstrip().startswith("util") and pane2[2].lstrip().startswith("mem")
         assert body(app) == rows_before  # the processes do not depend on the GPU's fields
         assert "⚠" not in header(app)
@@ -180,8 +189,11 @@ async def test_per_field_errors_show_na_in_that_pane_only_and_clear_again() -> N
         # The whole of GPU 1 unreadable this tick, with the source's error: a badge in the header.
         g1 = GpuSample(index=1, name=base.gpus[1].name)
         err = "GPU 1: NVMLError_Unknown: Unknown Error"
-        await post(pilot, app, replace(base, time=base.time + 4, gpus=(base.gpus[0], g1, *base.gpus[2:]),
-                                       errors=(err,)))
+        await post(
+            pilot,
+            app,
+            replace(base, time=base.time + 4, gpus=(base.gpus[0], g1, *base.gpus[2:]), errors=(err,)),
+        )
         assert "⚠ GPU 1: NVMLError_Unknown" in header(app)  # cut to the width: the rest is in the pane
         now = heads(app)
         assert now[1].count(NA) == 6 and now[2] == before[2] and now[0] == before[0]
@@ -207,14 +219,25 @@ async def test_one_lost_gpu_of_8_is_a_badge_and_the_7_others_keep_drawing(size: 
         assert app.panes.compact == compact
         before = heads(app)
         lost = 5
-        gpus = tuple(GpuSample(index=g.index, name=g.name, uuid=g.uuid, pci_bus_id=g.pci_bus_id,
-                               minor=g.minor, lost=True) if g.index == lost else g for g in base.gpus)
+        gpus = tuple(
+            GpuSample(
+                index=g.index, name=g.name, uuid=g.uuid, pci_bus_id=g.pci_bus_id, minor=g.minor, lost=True
+            )
+            if g.index == lost
+            else g
+            for g in base.gpus
+        )
         err = f"GPU {lost} is lost (it needs a reset or a reboot)"
         others = tuple(p for p in base.processes if p.gpu != lost)  # NVML lists nothing on a lost GPU
         frames = app.frames
         for k in range(1, 4):  # it stays lost, tick after tick
-            await post(pilot, app, replace(base, time=base.time + k, gpus=gpus, processes=others,
-                                           errors=(err,) if k == 1 else ()))
+            await post(
+                pilot,
+                app,
+                replace(
+                    base, time=base.time + k, gpus=gpus, processes=others, errors=(err,) if k == 1 else ()
+                ),
+            )
         assert app.frames == frames + 3
         now = heads(app)
         assert len(now) == 8
@@ -226,7 +249,7 @@ async def test_one_lost_gpu_of_8_is_a_badge_and_the_7_others_keep_drawing(size: 
                 assert h == before[i]  # the same numbers as before the loss
                 assert "%" in h and "°C" in h
         if not compact:
-            pane = lines(app.panes)[lost * FULL_LINES:(lost + 1) * FULL_LINES]
+            pane = lines(app.panes)[lost * FULL_LINES : (lost + 1) * FULL_LINES]
             assert pane[1] == pane[2] == ""  # no sparklines for a lost GPU
             assert sum(bool(SPARK & set(line)) for line in lines(app.panes)) == 2 * 7
         pids = shown_pids(app)
@@ -281,8 +304,11 @@ async def test_sampler_errors_keep_the_last_frame_and_say_so_then_new_data_shows
             sampler.failing = True
             last_good = sampler.time
         message = "sampling failed: NVMLError_Uninitialized: Uninitialized"
-        await until(pilot, lambda: sampler.raised >= 3 and message in notifications(app),
-                    what="the sampler's failure to be shown")
+        await until(
+            pilot,
+            lambda: sampler.raised >= 3 and message in notifications(app),
+            what="the sampler's failure to be shown",
+        )
         await pilot.pause()
         assert app.snapshot is not None and app.snapshot.time == last_good  # the last good frame stays
         frames, drawn, raised = app.frames, frame_text(app), sampler.raised
@@ -298,8 +324,11 @@ async def test_sampler_errors_keep_the_last_frame_and_say_so_then_new_data_shows
 
         with sampler.lock:
             sampler.failing = False
-        await until(pilot, lambda: app.snapshot is not None and app.snapshot.time > last_good + 2,
-                    what="new data after the failures")
+        await until(
+            pilot,
+            lambda: app.snapshot is not None and app.snapshot.time > last_good + 2,
+            what="new data after the failures",
+        )
         assert app.frames > frames and len(heads(app)) == 4
         assert "sampling works again, after" in status_line(app) and message not in status_line(app)
         assert _clock(app.snapshot.time) in header(app)  # (the same _show() drew both: no await between)
@@ -339,13 +368,15 @@ class FencedSampler(Sampler):
 
 
 async def test_nvml_shut_down_underneath_is_drawn_as_na_then_initialized_again(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A real Sampler over the fake NVML, ticked one tick at a time (interval 30 s; the app's wake event
     asks for each tick, as `t` and `+` do)."""
     fake = FakeNvml(n_gpus=2).install(monkeypatch)
     fake.gpus[0].processes["C"].append(FakeProcess(pid=os.getpid(), memory=2 * GIB))
-    sampler = FencedSampler(NvmlSource(devices_dir=tmp_path), scan_holders=False,
-                            agents=AgentPoller(tmp_path / "agents"))
+    sampler = FencedSampler(
+        NvmlSource(devices_dir=tmp_path), scan_holders=False, agents=AgentPoller(tmp_path / "agents")
+    )
     app = GpuTuiApp(sampler, interval=30.0, devices_dir=tmp_path)
     try:
         async with app.run_test(size=(200, 40)) as pilot:
@@ -386,12 +417,37 @@ async def test_nvml_shut_down_underneath_is_drawn_as_na_then_initialized_again(
 
 # -- 4. vanished processes and AccessDenied on every /proc read ----------------------------------------
 
-VANISHED = ProcessRow(gpu=0, pid=NO_SUCH_PID, kinds="C", used_memory=GIB, sm_util=None, mem_util=None,
-                      visible=False, category="nvml-only", reason="in NVML's list but not visible here")
-DENIED = ProcessRow(gpu=1, pid=NO_SUCH_PID + 1, kinds="C", used_memory=2 * GIB, sm_util=7, mem_util=1,
-                    visible=True, user=None, name=None, command=None, cpu_percent=None, rss=None,
-                    create_time=None, state=None, ppid=None, devices=None, category="no-permission",
-                    reason="its /proc/PID/fd is not readable")
+VANISHED = ProcessRow(
+    gpu=0,
+    pid=NO_SUCH_PID,
+    kinds="C",
+    used_memory=GIB,
+    sm_util=None,
+    mem_util=None,
+    visible=False,
+    category="nvml-only",
+    reason="in NVML's list but not visible here",
+)
+DENIED = ProcessRow(
+    gpu=1,
+    pid=NO_SUCH_PID + 1,
+    kinds="C",
+    used_memory=2 * GIB,
+    sm_util=7,
+    mem_util=1,
+    visible=True,
+    user=None,
+    name=None,
+    command=None,
+    cpu_percent=None,
+    rss=None,
+    create_time=None,
+    state=None,
+    ppid=None,
+    devices=None,
+    category="no-permission",
+    reason="its /proc/PID/fd is not readable",
+)
 
 
 class DeniedProcess:
@@ -403,6 +459,7 @@ class DeniedProcess:
     def __getattr__(self, name: str) -> Any:
         def denied(*args: object, **kwargs: object) -> Any:
             raise psutil.AccessDenied(self.pid)
+
         return denied
 
 
@@ -425,7 +482,8 @@ def deny_proc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_vanished_and_unreadable_processes_draw_na_and_their_detail_opens(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     app = quiet_app()
     async with app.run_test(size=(160, 40)) as pilot:
         await first_frame(pilot, app)
@@ -480,10 +538,18 @@ async def test_vanished_and_unreadable_processes_draw_na_and_their_detail_opens(
 
 
 async def test_detail_of_a_known_process_when_every_proc_read_is_denied(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     app = quiet_app()
-    row = replace(DENIED, create_time=world.START - 100, user="carol", command="python serve.py",
-                  state="sleeping", category="ok", reason="")
+    row = replace(
+        DENIED,
+        create_time=world.START - 100,
+        user="carol",
+        command="python serve.py",
+        state="sleeping",
+        category="ok",
+        reason="",
+    )
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
         base = app.snapshot
@@ -491,9 +557,13 @@ async def test_detail_of_a_known_process_when_every_proc_read_is_denied(
         await post(pilot, app, replace(base, time=base.time + 1, processes=(row,)))
         deny_proc(monkeypatch)  # readable when sampled, refused when the detail asks (hidepid, setuid)
         await pilot.press("enter")
-        await until(pilot, lambda: not app.is_running or (isinstance(app.screen, DetailScreen)
-                                                          and app.screen.detail is not None),
-                    what="the detail's /proc read")
+        await until(
+            pilot,
+            lambda: (
+                not app.is_running or (isinstance(app.screen, DetailScreen) and app.screen.detail is not None)
+            ),
+            what="the detail's /proc read",
+        )
         assert app.is_running
         await pilot.pause()
         text = screen_text(app)
@@ -558,8 +628,10 @@ async def test_resized_50_times_a_second_for_5_s_while_snapshots_arrive() -> Non
         await until(pilot, lambda: app.table.size.width == final[0] and len(app.header._lines[0]) == final[0])
         await pilot.pause()
         total = time.monotonic() - start
-        print(f"storm: {resizes} resizes and {posted} snapshots in {storm:.1f} s; {len(laid_out)} sizes laid "
-              f"out and {drawn_meanwhile} frames drawn meanwhile; settled {total - storm:.1f} s later")
+        print(
+            f"storm: {resizes} resizes and {posted} snapshots in {storm:.1f} s; {len(laid_out)} sizes laid "
+            f"out and {drawn_meanwhile} frames drawn meanwhile; settled {total - storm:.1f} s later"
+        )
         assert total < 30.0, f"the storm took {storm:.1f} s, recovering from it {total - storm:.1f} s"
         assert app.is_running and app.size == final
         pids = sorted(p.pid for p in base.processes)
@@ -602,12 +674,27 @@ async def test_hostile_command_lines_are_drawn_inert_in_the_table_and_the_detail
     command = hostile_command()
     assert len(command) == 10_000 and "\udcff" in command and "\x1b" in command
     rows = (
-        replace(DENIED, pid=NO_SUCH_PID, user="eve\x1b[31m", name="python", command=command,
-                create_time=None, state="running", category="ok", reason=""),
-        replace(DENIED, pid=NO_SUCH_PID + 1, user="[/]", name="x", command="[/]", category="ok",
-                reason=""),
-        replace(DENIED, pid=NO_SUCH_PID + 2, user="\udcff\udcfe", name="x", command="[bold red]x[/]",
-                category="ok", reason=""),
+        replace(
+            DENIED,
+            pid=NO_SUCH_PID,
+            user="eve\x1b[31m",
+            name="python",
+            command=command,
+            create_time=None,
+            state="running",
+            category="ok",
+            reason="",
+        ),
+        replace(DENIED, pid=NO_SUCH_PID + 1, user="[/]", name="x", command="[/]", category="ok", reason=""),
+        replace(
+            DENIED,
+            pid=NO_SUCH_PID + 2,
+            user="\udcff\udcfe",
+            name="x",
+            command="[bold red]x[/]",
+            category="ok",
+            reason="",
+        ),
     )
     app = quiet_app()
     async with app.run_test(size=(200, 40)) as pilot:
@@ -615,8 +702,17 @@ async def test_hostile_command_lines_are_drawn_inert_in_the_table_and_the_detail
         base = app.snapshot
         assert base is not None
         gpus = (replace(base.gpus[0], name="H100\x1b[2J\udcff\r"), *base.gpus[1:])
-        await post(pilot, app, replace(base, time=base.time + 1, gpus=gpus, processes=rows,
-                                       errors=("GPU 0: \x1b]0;pwned\x07 \udcff",)))
+        await post(
+            pilot,
+            app,
+            replace(
+                base,
+                time=base.time + 1,
+                gpus=gpus,
+                processes=rows,
+                errors=("GPU 0: \x1b]0;pwned\x07 \udcff",),
+            ),
+        )
         text = drawn_text(app)
         assert_clean(text)
         canvas_cells_printable(app)
@@ -627,7 +723,7 @@ async def test_hostile_command_lines_are_drawn_inert_in_the_table_and_the_detail
         assert row_line(app, NO_SUCH_PID + 2).rstrip().endswith("[bold red]x[/]")
         y = 1 + shown_pids(app).index(NO_SUCH_PID + 2)
         x = lines(app.table)[y].index("[bold red]x[/]")
-        assert not any(style.bold for _, style in app.table._lines[y][x:x + 14])  # not read as markup
+        assert not any(style.bold for _, style in app.table._lines[y][x : x + 14])  # not read as markup
         assert "H100?[2J??" in heads(app)[0]
         assert "⚠ GPU 0: ?]0;pwned? ?" in header(app)
 
@@ -798,15 +894,42 @@ async def test_50_holders_with_5000_host_processes_in_the_tree() -> None:
         base = app.snapshot
         assert base is not None
         holders = tuple(
-            ProcessRow(gpu=i % 4, pid=100_000 + i, kinds="C" if i % 5 == 0 else "", used_memory=GIB,
-                       sm_util=None, mem_util=None, visible=True, user="dave", name="python",
-                       command=f"python worker.py --shard {i}", cpu_percent=1.0, rss=GIB,
-                       create_time=world.START - i, state="sleeping", ppid=world.LAUNCHER)
-            for i in range(50))
-        hosts = (base.host_processes[0], *(
-            HostProcess(pid=200_000 + k, ppid=100_000 + k % 50, user="dave", name="loader",
-                        command=f"loader {k}", cpu_percent=None, rss=None, create_time=None, state="sleeping")
-            for k in range(5000)))
+            ProcessRow(
+                gpu=i % 4,
+                pid=100_000 + i,
+                kinds="C" if i % 5 == 0 else "",
+                used_memory=GIB,
+                sm_util=None,
+                mem_util=None,
+                visible=True,
+                user="dave",
+                name="python",
+                command=f"python worker.py --shard {i}",
+                cpu_percent=1.0,
+                rss=GIB,
+                create_time=world.START - i,
+                state="sleeping",
+                ppid=world.LAUNCHER,
+            )
+            for i in range(50)
+        )
+        hosts = (
+            base.host_processes[0],
+            *(
+                HostProcess(
+                    pid=200_000 + k,
+                    ppid=100_000 + k % 50,
+                    user="dave",
+                    name="loader",
+                    command=f"loader {k}",
+                    cpu_percent=None,
+                    rss=None,
+                    create_time=None,
+                    state="sleeping",
+                )
+                for k in range(5000)
+            ),
+        )
         snap = replace(base, time=base.time + 1, processes=holders, host_processes=hosts)
         start = time.monotonic()
         await post(pilot, app, snap)

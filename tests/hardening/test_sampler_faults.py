@@ -58,21 +58,51 @@ PID_BEYOND_ANY_PID_MAX = 4_194_304 + 1  # PID_MAX_LIMIT + 1: a PID no Linux proc
 VALIDATOR = Draft202012Validator(schema())
 
 # What the fake reports, as NvmlSource converts it: the fields compared to tell "intact" from "n/a".
-STABLE = ("name", "uuid", "minor", "lost", "util_gpu", "util_mem", "mem_total", "mem_used", "mem_reserved",
-          "temperature", "power", "power_limit", "sm_clock", "mem_clock", "pstate", "fan", "enc_util",
-          "dec_util")
+STABLE = (
+    "name",
+    "uuid",
+    "minor",
+    "lost",
+    "util_gpu",
+    "util_mem",
+    "mem_total",
+    "mem_used",
+    "mem_reserved",
+    "temperature",
+    "power",
+    "power_limit",
+    "sm_clock",
+    "mem_clock",
+    "pstate",
+    "fan",
+    "enc_util",
+    "dec_util",
+)
 DISPLAYED = {"util_gpu", "mem_total", "mem_used", "temperature", "power", "sm_clock"}  # in --once
 MEASURED = tuple(k for k in STABLE if k not in ("name", "uuid", "minor", "lost"))
 
 # Every per-device binding NvmlSource calls while reading (not the ones of open()).
 DEVICE_READS = (
-    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetFieldValues",
-    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTemperature",
-    "nvmlDeviceGetClockInfo", "nvmlDeviceGetPerformanceState", "nvmlDeviceGetCurrentClocksEventReasons",
-    "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetFanSpeed", "nvmlDeviceGetEncoderUtilization",
-    "nvmlDeviceGetDecoderUtilization", "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetComputeMode",
-    "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetMigMode", "nvmlDeviceGetProcessUtilization",
-    "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetPerformanceState",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetFanSpeed",
+    "nvmlDeviceGetEncoderUtilization",
+    "nvmlDeviceGetDecoderUtilization",
+    "nvmlDeviceGetPcieThroughput",
+    "nvmlDeviceGetComputeMode",
+    "nvmlDeviceGetPersistenceMode",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetMPSComputeRunningProcesses",
 )
 
@@ -131,9 +161,15 @@ class World:
         self.source = NvmlSource(devices_dir=devices)
         self.history = History()
         self.dips = DipDetector()
-        self.sampler = Sampler(self.source, slow_interval=SLOW_INTERVAL, history=self.history,
-                               clock=self.wall, monotonic=lambda: fake.now, devices_dir=devices,
-                               agents=AgentPoller(devices / "no-agents-here"))
+        self.sampler = Sampler(
+            self.source,
+            slow_interval=SLOW_INTERVAL,
+            history=self.history,
+            clock=self.wall,
+            monotonic=lambda: fake.now,
+            devices_dir=devices,
+            agents=AgentPoller(devices / "no-agents-here"),
+        )
         self.snaps: list[Snapshot] = []
         self.expect_violations = False  # set by the tests that shut NVML down underneath
 
@@ -172,11 +208,26 @@ def make_distinct(fake: FakeNvml) -> None:
 
 def expected(g: FakeGpu) -> dict[str, Any]:
     assert g.power_mw is not None and g.power_limit_mw is not None
-    return {"name": g.name, "uuid": g.uuid, "minor": g.minor, "lost": False, "util_gpu": g.util_gpu,
-            "util_mem": g.util_mem, "mem_total": g.mem_total, "mem_used": g.mem_used,
-            "mem_reserved": g.mem_reserved, "temperature": g.temperature, "power": g.power_mw / 1000,
-            "power_limit": g.power_limit_mw / 1000, "sm_clock": g.sm_clock, "mem_clock": g.mem_clock,
-            "pstate": g.pstate, "fan": g.fan, "enc_util": g.enc, "dec_util": g.dec}
+    return {
+        "name": g.name,
+        "uuid": g.uuid,
+        "minor": g.minor,
+        "lost": False,
+        "util_gpu": g.util_gpu,
+        "util_mem": g.util_mem,
+        "mem_total": g.mem_total,
+        "mem_used": g.mem_used,
+        "mem_reserved": g.mem_reserved,
+        "temperature": g.temperature,
+        "power": g.power_mw / 1000,
+        "power_limit": g.power_limit_mw / 1000,
+        "sm_clock": g.sm_clock,
+        "mem_clock": g.mem_clock,
+        "pstate": g.pstate,
+        "fan": g.fan,
+        "enc_util": g.enc,
+        "dec_util": g.dec,
+    }
 
 
 def observed(s: GpuSample) -> dict[str, Any]:
@@ -245,13 +296,15 @@ class Children:
     def __init__(self) -> None:
         self.popens: list[subprocess.Popen[bytes]] = []
 
-    def start(self, *argv: str | bytes, holds: tuple[Path, ...] = (), comm: bytes | None = None
-              ) -> subprocess.Popen[bytes]:
+    def start(
+        self, *argv: str | bytes, holds: tuple[Path, ...] = (), comm: bytes | None = None
+    ) -> subprocess.Popen[bytes]:
         env = {**os.environ, "GPUTUI_TEST_OPEN": os.pathsep.join(str(p) for p in holds)}
         if comm is not None:
             env["GPUTUI_TEST_COMM_HEX"] = comm.hex()
-        p = subprocess.Popen([sys.executable, "-c", HOLDER, *argv], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, env=env)
+        p = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
         return self._ready(p)
 
     def start_argv(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
@@ -297,6 +350,7 @@ def children() -> Iterator[Children]:
 def _fail_fields(fid: int) -> Callable[[FakeNvml, int, int], None]:
     def inject(fake: FakeNvml, gpu: int, error: int) -> None:
         fake.gpus[gpu].field_returns[fid] = error
+
     return inject
 
 
@@ -304,6 +358,7 @@ def _fail(*names: str) -> Callable[[FakeNvml, int, int], None]:
     def inject(fake: FakeNvml, gpu: int, error: int) -> None:
         for name in names:
             fake.fail(gpu, name, error)
+
     return inject
 
 
@@ -312,8 +367,10 @@ FIELD_FAULTS: dict[str, tuple[Callable[[FakeNvml, int, int], None], tuple[str, .
     "utilization": (_fail("nvmlDeviceGetUtilizationRates"), ("util_gpu", "util_mem")),
     "memory": (_fail("nvmlDeviceGetMemoryInfo"), ("mem_total", "mem_used", "mem_reserved")),
     # The batched field read failing falls back to nvmlDeviceGetPowerUsage; both failing: no power.
-    "power": (_fail("nvmlDeviceGetFieldValues", "nvmlDeviceGetPowerUsage"),
-              ("power", "power_limit", "energy", "pcie_tx", "pcie_rx")),
+    "power": (
+        _fail("nvmlDeviceGetFieldValues", "nvmlDeviceGetPowerUsage"),
+        ("power", "power_limit", "energy", "pcie_tx", "pcie_rx"),
+    ),
     "energy field": (_fail_fields(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION), ("energy",)),
     "temperature (slow)": (_fail("nvmlDeviceGetTemperature"), ("temperature",)),
     "clocks (slow)": (_fail("nvmlDeviceGetClockInfo"), ("sm_clock", "mem_clock")),
@@ -323,8 +380,9 @@ FIELD_FAULTS: dict[str, tuple[Callable[[FakeNvml, int, int], None], tuple[str, .
 
 @TRANSIENT
 @pytest.mark.parametrize("fault", list(FIELD_FAULTS))
-def test_a_transient_field_error_on_one_gpu_gives_na_there_only_and_clears(world: World, fault: str,
-                                                                            error: int) -> None:
+def test_a_transient_field_error_on_one_gpu_gives_na_there_only_and_clears(
+    world: World, fault: str, error: int
+) -> None:
     fake = world.fake
     inject, fields = FIELD_FAULTS[fault]
     assert_intact(world.ticks(2), fake)
@@ -396,7 +454,8 @@ def test_every_call_failing_on_one_gpu_leaves_it_present_and_the_others_intact(w
     assert not six.lost
     assert (six.name, six.uuid, six.minor) == (fake.gpus[6].name, fake.gpus[6].uuid, fake.gpus[6].minor)
     assert {k: getattr(six, k) for k in MEASURED if k != "power_limit"} == dict.fromkeys(
-        k for k in MEASURED if k != "power_limit")
+        k for k in MEASURED if k != "power_limit"
+    )
     assert world.history.gpus[6].util[-1] is None and world.history.gpus[6].mem[-1] is None
 
     fake.clear_failures()
@@ -425,12 +484,15 @@ def test_a_binding_bug_on_one_gpu_mid_run_is_an_error_line_and_clears(world: Wor
 
 
 LOST_FAULTS = {
-    "utilization raises": lambda fake: fake.fail(3, "nvmlDeviceGetUtilizationRates",
-                                                 pynvml.NVMLError_GpuIsLost),
+    "utilization raises": lambda fake: fake.fail(
+        3, "nvmlDeviceGetUtilizationRates", pynvml.NVMLError_GpuIsLost
+    ),
     "a field value": lambda fake: fake.gpus[3].field_returns.__setitem__(
-        pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_ERROR_GPU_IS_LOST),
-    "the process list": lambda fake: fake.fail(3, "nvmlDeviceGetComputeRunningProcesses",
-                                               pynvml.NVML_ERROR_GPU_IS_LOST),
+        pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_ERROR_GPU_IS_LOST
+    ),
+    "the process list": lambda fake: fake.fail(
+        3, "nvmlDeviceGetComputeRunningProcesses", pynvml.NVML_ERROR_GPU_IS_LOST
+    ),
     "temperature (slow)": lambda fake: fake.fail(3, "nvmlDeviceGetTemperature", pynvml.NVMLError_GpuIsLost),
 }
 
@@ -459,7 +521,11 @@ def test_gpu_3_of_8_lost_mid_run(world: World, children: Children, how: str) -> 
     assert three.lost
     # What is known of it stays (to tell which card it is); every measurement is n/a.
     assert (three.name, three.uuid, three.pci_bus_id, three.minor) == (
-        fake.gpus[3].name, fake.gpus[3].uuid, fake.gpus[3].pci_bus_id, fake.gpus[3].minor)
+        fake.gpus[3].name,
+        fake.gpus[3].uuid,
+        fake.gpus[3].pci_bus_id,
+        fake.gpus[3].minor,
+    )
     assert {k: getattr(three, k) for k in MEASURED} == dict.fromkeys(MEASURED)
     assert fake.total_calls(3) == calls_when_lost  # a lost GPU is not asked again
     assert_intact(snap, fake, skip={3})  # the seven others keep every value
@@ -482,8 +548,11 @@ def test_gpu_3_of_8_lost_mid_run(world: World, children: Children, how: str) -> 
 
 def _uninitialized_everywhere(fake: FakeNvml) -> None:
     for name in DEVICE_READS:
-        fake.fail(None, name, pynvml.NVML_ERROR_UNINITIALIZED if "Running" in name
-                  else pynvml.NVMLError_Uninitialized)
+        fake.fail(
+            None,
+            name,
+            pynvml.NVML_ERROR_UNINITIALIZED if "Running" in name else pynvml.NVMLError_Uninitialized,
+        )
 
 
 def test_every_call_uninitialized_for_a_few_ticks_gives_na_then_values_return(world: World) -> None:
@@ -497,7 +566,8 @@ def test_every_call_uninitialized_for_a_few_ticks_gives_na_then_values_return(wo
         assert [g.lost for g in snap.gpus] == [False] * N_GPUS
     for g in snap.gpus:
         assert {k: getattr(g, k) for k in MEASURED if k != "power_limit"} == dict.fromkeys(
-            k for k in MEASURED if k != "power_limit"), f"GPU {g.index}"
+            k for k in MEASURED if k != "power_limit"
+        ), f"GPU {g.index}"
         assert g.name == fake.gpus[g.index].name  # static identity stays
     assert rows(snap, os.getpid()) == []
     fake.clear_failures()
@@ -556,8 +626,9 @@ def test_a_pid_that_never_existed_is_a_not_visible_row(world: World) -> None:
     assert re.search(rf"! +{ghost} nvml-only", text)
 
 
-def test_a_process_that_exits_between_the_nvml_list_and_the_join(world: World, children: Children,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_process_that_exits_between_the_nvml_list_and_the_join(
+    world: World, children: Children, monkeypatch: pytest.MonkeyPatch
+) -> None:
     child = children.start("--marker-exits-after-nvml")
     world.fake.gpus[1].processes["C"].append(FakeProcess(pid=child.pid, memory=GiB))
     snap = world.ticks(2)
@@ -582,8 +653,9 @@ def test_a_process_that_exits_between_the_nvml_list_and_the_join(world: World, c
     assert rows(snap, child.pid) == []
 
 
-def test_a_process_that_exits_between_its_stat_and_psutil(world: World, children: Children,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_process_that_exits_between_its_stat_and_psutil(
+    world: World, children: Children, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The narrowest window: /proc/PID/stat was read, then psutil finds no process."""
     child = children.start("--marker-exits-after-stat")
     world.fake.gpus[0].processes["C"].append(FakeProcess(pid=child.pid, memory=GiB))
@@ -604,7 +676,8 @@ def test_a_process_that_exits_between_its_stat_and_psutil(world: World, children
 
 
 def test_a_holder_that_exits_between_the_scan_and_the_join_is_dropped(
-        world: World, children: Children, monkeypatch: pytest.MonkeyPatch) -> None:
+    world: World, children: Children, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stays = children.start(holds=(world.device(0),))
     leaves = children.start(holds=(world.device(0), world.devices / "nvidiactl"))
     snap = world.tick()
@@ -667,9 +740,29 @@ def test_a_reused_pid_is_a_new_process_not_the_old_one(world: World, children: C
 # -- 5. AccessDenied on every /proc read --------------------------------------------------------------------
 
 # psutil's Linux layer, under every public psutil.Process method (username() is uids() plus pwd).
-PSUTIL_READS = ("cmdline", "name", "exe", "create_time", "cpu_times", "memory_info", "memory_full_info",
-                "status", "environ", "ppid", "open_files", "cwd", "uids", "gids", "num_fds", "num_threads",
-                "nice_get", "terminal", "io_counters", "threads", "num_ctx_switches")
+PSUTIL_READS = (
+    "cmdline",
+    "name",
+    "exe",
+    "create_time",
+    "cpu_times",
+    "memory_info",
+    "memory_full_info",
+    "status",
+    "environ",
+    "ppid",
+    "open_files",
+    "cwd",
+    "uids",
+    "gids",
+    "num_fds",
+    "num_threads",
+    "nice_get",
+    "terminal",
+    "io_counters",
+    "threads",
+    "num_ctx_switches",
+)
 _FD_DIR = re.compile(r"^/proc/\d+/fd$")
 _FD_LINK = re.compile(r"^/proc/\d+/fd/")
 _PID_FILE = re.compile(r"^/proc/(\d+|self|thread-self)/")
@@ -697,8 +790,9 @@ def _deny_psutil_and_fds(m: pytest.MonkeyPatch) -> None:
     m.setattr(os, "readlink", no_readlink)
 
 
-def test_access_denied_on_every_psutil_and_fd_read(world: World, children: Children,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_access_denied_on_every_psutil_and_fd_read(
+    world: World, children: Children, monkeypatch: pytest.MonkeyPatch
+) -> None:
     me = os.getpid()
     listed = children.start("--marker-listed", holds=(world.device(1),))
     hidden = children.start("--marker-hidden", holds=(world.device(2),))
@@ -736,8 +830,9 @@ def test_access_denied_on_every_psutil_and_fd_read(world: World, children: Child
     assert row(snap, hidden.pid).category == WORKER
 
 
-def test_a_visible_parent_whose_name_is_unreadable_is_not_gone(world: World, children: Children,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_visible_parent_whose_name_is_unreadable_is_not_gone(
+    world: World, children: Children, monkeypatch: pytest.MonkeyPatch
+) -> None:
     me = os.getpid()
     holder = children.start(holds=(world.device(2),))
     name = psutil._psplatform.Process.name
@@ -777,8 +872,9 @@ def _deny_every_proc_read(m: pytest.MonkeyPatch) -> None:
     m.setattr(os, "open", no_os_open)  # gputui.collect.procfs reads /proc/PID/stat with os.open
 
 
-def test_every_proc_read_denied_still_ticks(world: World, children: Children,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_proc_read_denied_still_ticks(
+    world: World, children: Children, monkeypatch: pytest.MonkeyPatch
+) -> None:
     listed = children.start("--marker-listed", holds=(world.device(1),))
     world.fake.gpus[1].processes["C"].append(FakeProcess(pid=listed.pid, memory=2 * GiB))
     world.sampler.want_relatives = True
@@ -796,8 +892,9 @@ def test_every_proc_read_denied_still_ticks(world: World, children: Children,
     assert row(snap, listed.pid).visible and row(snap, listed.pid).category == OK
 
 
-def test_every_proc_read_denied_is_no_permission_not_gone(world: World, children: Children,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_proc_read_denied_is_no_permission_not_gone(
+    world: World, children: Children, monkeypatch: pytest.MonkeyPatch
+) -> None:
     listed = children.start("--marker-listed", holds=(world.device(1),))
     world.fake.gpus[1].processes["C"].append(FakeProcess(pid=listed.pid, memory=2 * GiB))
     with monkeypatch.context() as m:
@@ -866,8 +963,9 @@ def _room_for(n: int) -> str | None:
         return f"threads-max {threads_max}"
     soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
     if os.geteuid() != 0 and soft != resource.RLIM_INFINITY:
-        mine = sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real
-                   == os.getuid())
+        mine = sum(
+            1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == os.getuid()
+        )
         if soft - mine < n + 200:
             return f"RLIMIT_NPROC {soft} with {mine} processes of this user"
     for pids_dir in ("/sys/fs/cgroup", "/sys/fs/cgroup/pids"):
@@ -894,10 +992,24 @@ def test_5000_processes_with_50_holders(world: World) -> None:
     try:
         for k in range(MANY_PARENTS):
             gpu = k % N_GPUS
-            parents.append(subprocess.Popen(
-                [sys.executable, "-S", "-c", MANY_PARENT, str(per_parent), str(MANY_HOLDERS // MANY_PARENTS),
-                 str(world.device(gpu)), str(release_r)],
-                pass_fds=(release_r,), stdout=subprocess.PIPE, text=True, start_new_session=True))
+            parents.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-S",
+                        "-c",
+                        MANY_PARENT,
+                        str(per_parent),
+                        str(MANY_HOLDERS // MANY_PARENTS),
+                        str(world.device(gpu)),
+                        str(release_r),
+                    ],
+                    pass_fds=(release_r,),
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                )
+            )
         os.close(release_r)
         release_r = -1
         for p in parents:
@@ -923,8 +1035,10 @@ def test_5000_processes_with_50_holders(world: World) -> None:
                 assert r.gpu == k % N_GPUS and r.devices == (str(world.device(k % N_GPUS)),)
             assert sorted(r.pid for r in snap.processes if r.kinds) == sorted(parent_pids)
             assert snap.unreadable_fds == 0 or os.geteuid() != 0
-        print(f"\n{MANY} processes spawned in {spawn_s:.2f} s; tick times: "
-              + ", ".join(f"{t * 1000:.0f} ms" for t in timings))
+        print(
+            f"\n{MANY} processes spawned in {spawn_s:.2f} s; tick times: "
+            + ", ".join(f"{t * 1000:.0f} ms" for t in timings)
+        )
         assert max(timings) < 2.0, f"a tick over 5,000 processes took {max(timings):.2f} s"
     finally:
         if release_r >= 0:
@@ -940,8 +1054,9 @@ def test_5000_processes_with_50_holders(world: World) -> None:
             if p.stdout is not None:
                 p.stdout.close()
     assert [p.returncode for p in parents] == [0] * len(parents)
-    assert wait_until(lambda: not any(k.is_running() for k in kids), timeout=30.0), \
+    assert wait_until(lambda: not any(k.is_running() for k in kids), timeout=30.0), (
         f"{sum(k.is_running() for k in kids)} children left"
+    )
 
 
 # -- 7. hostile command lines ---------------------------------------------------------------------------
@@ -1005,10 +1120,12 @@ def test_a_uid_without_a_passwd_entry(world: World, children: Children) -> None:
         uid += 1
     sh = shutil.which("sh") or "/bin/sh"
     script = 'exec 3<"$1"; echo ready; exec sleep 600'
-    listed = children.start_argv([sh, "-c", script, "sh", str(world.device(5))], user=uid, group=uid,
-                                 extra_groups=[])
-    holder = children.start_argv([sh, "-c", script, "sh", str(world.device(6))], user=uid, group=uid,
-                                 extra_groups=[])
+    listed = children.start_argv(
+        [sh, "-c", script, "sh", str(world.device(5))], user=uid, group=uid, extra_groups=[]
+    )
+    holder = children.start_argv(
+        [sh, "-c", script, "sh", str(world.device(6))], user=uid, group=uid, extra_groups=[]
+    )
     for p in (listed, holder):
         assert wait_until(lambda p=p: _is_sleep(p.pid), timeout=5.0)
     world.fake.gpus[5].processes["C"].append(FakeProcess(pid=listed.pid, memory=GiB))
@@ -1037,9 +1154,17 @@ def test_the_wall_clock_jumping_back_an_hour(world: World) -> None:
     fake, me = world.fake, os.getpid()
     fake.gpus[0].processes["C"].append(FakeProcess(pid=me, memory=GiB))  # a job on GPU 0: dips count
     start = world.wall.t
-    plan = ([95] * 12 + [10] * 4 + [95] * 4  # a 4 s dip before the jump
-            + [10] * 2 + ["jump"] + [10] * 1 + [95] * 6  # a dip the jump cuts in two
-            + [10] * 4 + [95] * 3)  # a 4 s dip after the jump
+    plan = (
+        [95] * 12
+        + [10] * 4
+        + [95] * 4  # a 4 s dip before the jump
+        + [10] * 2
+        + ["jump"]
+        + [10] * 1
+        + [95] * 6  # a dip the jump cuts in two
+        + [10] * 4
+        + [95] * 3
+    )  # a 4 s dip after the jump
     times: list[float] = []
     for step in plan:
         if step == "jump":
@@ -1064,8 +1189,7 @@ def test_the_wall_clock_jumping_back_an_hour(world: World) -> None:
 
     # Dips: the one before and the one after are kept with their true lengths; the one the jump cut in
     # two (its end an hour before its start) is dropped, never reported with a negative length.
-    assert [(d.start - start, d.duration) for d in world.dips.dips] == [
-        (13.0, 4.0), (30.0 - 3600, 4.0)]
+    assert [(d.start - start, d.duration) for d in world.dips.dips] == [(13.0, 4.0), (30.0 - 3600, 4.0)]
     assert world.dips.ongoing(snap.time) == []
     summary = world.dips.summary(0, snap.time - 600, snap.time, 0.0)
     assert summary["dips"] == 2 and summary["mean_dip_s"] == 4.0

@@ -9,13 +9,20 @@ from tests.ui import world
 from tests.ui.terminal import tmux  # noqa: F401 - the fixture of the real-terminal tests
 
 
-def make_app(gpus: int = 4, interval: float = 1.0, weird: bool = True,
-             devices_dir: Path | None = None, unaccounted: bool = False, readonly: bool = False) -> GpuTuiApp:
+def make_app(
+    gpus: int = 4,
+    interval: float = 1.0,
+    weird: bool = True,
+    devices_dir: Path | None = None,
+    unaccounted: bool = False,
+    readonly: bool = False,
+) -> GpuTuiApp:
     """The app on the fixed world: five minutes of history, then the same last snapshot on every tick
     (a test that wants change posts SnapshotReady messages itself)."""
     replay, past = world.sampler(gpus=gpus, weird=weird, unaccounted=unaccounted)
-    app = GpuTuiApp(replay, interval=interval, devices_dir=devices_dir or Path("/nonexistent"),
-                    readonly=readonly)
+    app = GpuTuiApp(
+        replay, interval=interval, devices_dir=devices_dir or Path("/nonexistent"), readonly=readonly
+    )
     for snap in past:
         app.ingest(snap)
     return app

@@ -26,8 +26,14 @@ def _take_terminal() -> None:
 
 
 class PtyRun:
-    def __init__(self, cmd: list[str], cols: int = 120, rows: int = 40,
-                 env: dict[str, str] | None = None, ctty: bool = True) -> None:
+    def __init__(
+        self,
+        cmd: list[str],
+        cols: int = 120,
+        rows: int = 40,
+        env: dict[str, str] | None = None,
+        ctty: bool = True,
+    ) -> None:
         """`ctty`: the pty is its controlling terminal (a hang-up sends it SIGHUP), as in a login."""
         self.master, slave = os.openpty()
         self._out = bytearray()
@@ -36,9 +42,16 @@ class PtyRun:
         self.proc: subprocess.Popen[bytes] | None = None
         try:
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-            self.proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
-                                         env={**_env(), **(env or {})}, start_new_session=True,
-                                         preexec_fn=_take_terminal if ctty else None)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                cwd=ROOT,
+                env={**_env(), **(env or {})},
+                start_new_session=True,
+                preexec_fn=_take_terminal if ctty else None,
+            )
         except BaseException:
             os.close(self.master)
             raise

@@ -90,8 +90,12 @@ def rig_crash(marker: Path) -> None:
 
 def main() -> int:
     mode, marker, *args = sys.argv[1:]
-    rigs = {"stuck-source": rig_stuck_source, "stuck-close": lambda m: rig_stuck_source(m, close_hangs=True),
-            "stuck-agent": rig_stuck_agent, "crash": rig_crash}
+    rigs = {
+        "stuck-source": rig_stuck_source,
+        "stuck-close": lambda m: rig_stuck_source(m, close_hangs=True),
+        "stuck-agent": rig_stuck_agent,
+        "crash": rig_crash,
+    }
     rigs[mode](Path(marker))
     return cli.main(["--demo", *args])
 

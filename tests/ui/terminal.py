@@ -30,7 +30,6 @@ needs_tmux = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
 # -- helpers -----------------------------------------------------------------------------------------
 
 
-
 def _env() -> dict[str, str]:
     """Our environment without what would fix the terminal size or nest tmux."""
     drop = {"COLUMNS", "LINES", "TMUX", "TMUX_PANE"}
@@ -41,7 +40,6 @@ def _env() -> dict[str, str]:
 
 def _gputui_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "gputui", "--demo", *args]
-
 
 
 class DemoProcs:
@@ -98,8 +96,10 @@ class DemoProcs:
             if not any(a.endswith("demo_train.py") for a in args) or "orphan-parent" not in args:
                 continue
             with contextlib.suppress(psutil.Error):
-                if (p.environ().get("GPUTUI_DEMO_DEVICES") == str(self.devices_dir)
-                        and p.status() != psutil.STATUS_ZOMBIE):
+                if (
+                    p.environ().get("GPUTUI_DEMO_DEVICES") == str(self.devices_dir)
+                    and p.status() != psutil.STATUS_ZOMBIE
+                ):
                     return p
         return None
 
@@ -141,8 +141,9 @@ class Tmux:
         self.socket: str | None = None
 
     def __call__(self, *args: str, check: bool = True) -> str:
-        done = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=10, env=_env(),
-                              cwd=ROOT, check=False)
+        done = subprocess.run(
+            [*self.base, *args], capture_output=True, text=True, timeout=10, env=_env(), cwd=ROOT, check=False
+        )
         if check:
             assert done.returncode == 0, f"tmux {' '.join(args)}: {done.stderr.strip()}"
         return done.stdout
@@ -153,8 +154,23 @@ class Tmux:
         cannot be relied on; and what a process writes just before the last writer closes a pty may be
         lost to the reader, so the pane keeps a writer until the server is killed.)"""
         script = '"$@"; echo "exited with status $?"; exec sleep 60'
-        self("new-session", "-d", "-s", "main", "-x", str(width), "-y", str(height), "-c", str(ROOT),
-             "/bin/sh", "-c", script, "sh", *cmd)
+        self(
+            "new-session",
+            "-d",
+            "-s",
+            "main",
+            "-x",
+            str(width),
+            "-y",
+            str(height),
+            "-c",
+            str(ROOT),
+            "/bin/sh",
+            "-c",
+            script,
+            "sh",
+            *cmd,
+        )
         self.socket = self("display-message", "-p", "#{socket_path}").strip()
 
     def screen(self) -> str:
@@ -190,8 +206,9 @@ def _gputui_in_pane(pane_pid: int) -> psutil.Process:
 
     def look() -> bool:
         with contextlib.suppress(psutil.Error):
-            found[:] = [p for p in [top, *top.children(recursive=True)]
-                        if _cmdline(p)[1:3] == ["-m", "gputui"]]  # not the shell: its argv has them too
+            found[:] = [
+                p for p in [top, *top.children(recursive=True)] if _cmdline(p)[1:3] == ["-m", "gputui"]
+            ]  # not the shell: its argv has them too
         return bool(found)
 
     assert _wait_until(look, 5.0), f"no gputui in the pane: {_describe([top])}"

@@ -72,9 +72,17 @@ async def test_badge_and_a_opens_the_panel() -> None:
         screen = app.screen
         assert isinstance(screen, AllocatorScreen) and screen.pid == PID
         text = _text(screen)
-        for expected in ("49.0 GiB (peak 57.0 GiB)", "62.0 GiB (peak 66.0 GiB)", "fragmentation 85%",
-                         "largest free block 2.0 GiB", "retries 3", "7.04 steps/s", "7% of step time",
-                         "expandable_segments:False", "outside torch"):
+        for expected in (
+            "49.0 GiB (peak 57.0 GiB)",
+            "62.0 GiB (peak 66.0 GiB)",
+            "fragmentation 85%",
+            "largest free block 2.0 GiB",
+            "retries 3",
+            "7.04 steps/s",
+            "7% of step time",
+            "expandable_segments:False",
+            "outside torch",
+        ):
             assert expected in text, expected
         # NVML's 68.7 GiB for the trainer minus 62.0 GiB reserved.
         nvml = next(p.used_memory for p in app.snapshot.processes if p.pid == PID and p.kinds)  # type: ignore[union-attr]
@@ -204,8 +212,17 @@ async def test_an_unreadable_or_hostile_agent_in_the_panel() -> None:
         app.post_message(SnapshotReady(dataclasses.replace(app.snapshot, agents={PID: broken})))
         await pilot.pause(0.1)
         assert "unreadable: bad reply: allocator: not an object" in _text(screen)
-        hostile = parse(PID, {**RAW, "allocator": {**RAW["allocator"], "torch": "\x1b]0;pwned\x07",
-                                                   "alloc_conf": "\x1b]52;c;cHduZWQ=\x07"}})
+        hostile = parse(
+            PID,
+            {
+                **RAW,
+                "allocator": {
+                    **RAW["allocator"],
+                    "torch": "\x1b]0;pwned\x07",
+                    "alloc_conf": "\x1b]52;c;cHduZWQ=\x07",
+                },
+            },
+        )
         app.post_message(SnapshotReady(dataclasses.replace(app.snapshot, agents={PID: hostile})))
         await pilot.pause(0.1)
         text = _text(screen)

@@ -61,8 +61,11 @@ async def test_the_base_style_follows_a_change_of_the_widgets_css() -> None:
         await pilot.pause()
         again = board.render_line(0)
         assert first != again
-        assert all(s.style.bgcolor is not None and s.style.bgcolor.triplet == (200, 0, 0)
-                   for s in again if s.text.strip())
+        assert all(
+            s.style.bgcolor is not None and s.style.bgcolor.triplet == (200, 0, 0)
+            for s in again
+            if s.text.strip()
+        )
 
 
 def test_padding_uses_the_one_plain_style() -> None:

@@ -158,8 +158,10 @@ async def test_only_buckets_holding_a_dip_sample_are_marked() -> None:
 
 # -- the Events pane ------------------------------------------------------------------------------
 
-ROW = re.compile(r"^\s*(\d\d:\d\d:\d\d)\s+(\d+)\s+(\d+) s\s+-(\d+) pts \((\d+)→(\d+)%\)\s+"
-                 r"(stall|long)( \(now\))?(?:\s+(.*))?$")
+ROW = re.compile(
+    r"^\s*(\d\d:\d\d:\d\d)\s+(\d+)\s+(\d+) s\s+-(\d+) pts \((\d+)→(\d+)%\)\s+"
+    r"(stall|long)( \(now\))?(?:\s+(.*))?$"
+)
 
 
 def dip_rows(body: str) -> list[tuple[str, int, int, str, bool, str]]:
@@ -179,7 +181,7 @@ def summary_rows(body: str) -> dict[int, list[str]]:
     lines = body.splitlines()
     top = next(i for i, line in enumerate(lines) if line.split()[:2] == ["GPU", "mean"])
     out = {}
-    for line in lines[top + 1:]:
+    for line in lines[top + 1 :]:
         if not line.strip():
             break
         cells = line.split()
@@ -205,7 +207,8 @@ async def test_e_opens_the_events_pane_with_every_dip_and_a_summary_per_gpu() ->
         ends = [d.end for d in reversed(app.dips.dips)]
         assert ends == sorted(ends, reverse=True)
         assert [r[:3] for r in dip_rows(body) if not r[4]] == [
-            (clock(d.start), d.gpu, round(d.duration)) for d in reversed(app.dips.dips)]
+            (clock(d.start), d.gpu, round(d.duration)) for d in reversed(app.dips.dips)
+        ]
         # Per GPU over the visible window: mean utilization, dips, dips per minute, mean dip length.
         assert app.snapshot is not None
         now = app.snapshot.time
@@ -216,8 +219,11 @@ async def test_e_opens_the_events_pane_with_every_dip_and_a_summary_per_gpu() ->
             assert cells[1:] == [str(s["dips"]), f"{s['dips_per_min']:.2f}", f"{s['mean_dip_s']:.1f}", "s"]
             mine = [d for d in dips if d.gpu == g and d.end >= now - 300]
             assert s["dips"] == len(mine) > 0
-            utils = [u for t, u in zip(app.history.gpus[g].times, app.history.gpus[g].util, strict=True)
-                     if t >= now - 300 and u is not None]
+            utils = [
+                u
+                for t, u in zip(app.history.gpus[g].times, app.history.gpus[g].util, strict=True)
+                if t >= now - 300 and u is not None
+            ]
             assert cells[0] == f"{sum(utils) / len(utils):.0f}%"
             assert 50 <= int(cells[0][:-1]) <= 90  # busy, with dips
         await press(pilot, "e")
@@ -226,8 +232,10 @@ async def test_e_opens_the_events_pane_with_every_dip_and_a_summary_per_gpu() ->
 
 async def test_events_pane_says_why_when_an_agent_reports_its_data_wait() -> None:
     replay, past = world.sampler(gpus=2, weird=False)
-    agents = {pid: AgentReport(pid, progress=TrainingProgress(data_wait_share=share))
-              for pid, share in ((world.trainer_pid(0), 0.71), (world.trainer_pid(1), 0.12))}
+    agents = {
+        pid: AgentReport(pid, progress=TrainingProgress(data_wait_share=share))
+        for pid, share in ((world.trainer_pid(0), 0.71), (world.trainer_pid(1), 0.12))
+    }
     app = GpuTuiApp(replay, interval=3600.0, readonly=True)
     for snap in past:
         app.ingest(dataclasses.replace(snap, agents=agents))
@@ -238,8 +246,11 @@ async def test_events_pane_says_why_when_an_agent_reports_its_data_wait() -> Non
         assert rows and {r[1] for r in rows} == {0, 1}
         for _, gpu, _, _, ongoing, why in rows:
             if not ongoing:
-                assert why == ("input-bound: 71% of step time waiting for data" if gpu == 0 else
-                               "not input-bound: 12% of step time waiting for data")
+                assert why == (
+                    "input-bound: 71% of step time waiting for data"
+                    if gpu == 0
+                    else "not input-bound: 12% of step time waiting for data"
+                )
 
 
 async def test_events_pane_without_dips() -> None:

@@ -38,8 +38,10 @@ async def test_d_examines_the_machine_and_the_highlighted_process(monkeypatch: p
 
     def fake_diagnose(**kw: Any) -> list[report.Check]:
         calls.append(kw)
-        return [report.ok("driver", "driver 550.54.15, supports CUDA up to 12.4"),
-                report.problem("torch", "torch 2.13.0+cpu is a CPU-only build", "pip install torch [cu124]")]
+        return [
+            report.ok("driver", "driver 550.54.15, supports CUDA up to 12.4"),
+            report.problem("torch", "torch 2.13.0+cpu is a CPU-only build", "pip install torch [cu124]"),
+        ]
 
     monkeypatch.setattr(doctor_screen, "diagnose", fake_diagnose)
     app = make_app(gpus=4, interval=30.0, devices_dir=Path("/tmp/stand-ins"))

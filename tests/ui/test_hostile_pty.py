@@ -42,8 +42,15 @@ def devices(tmp_path: Path) -> Path:
 def hostile_holder(devices: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A Python process holding <devices>/nvidia0 whose argv[0] and arguments are hostile; it exits when
     its stdin closes."""
-    argv: list[bytes | str] = [TITLE + b"trainer", "-c", HOLD, CLIPBOARD, CLEAR, b"x" + NOT_UTF8 + b"y",
-                               str(devices / "nvidia0")]
+    argv: list[bytes | str] = [
+        TITLE + b"trainer",
+        "-c",
+        HOLD,
+        CLIPBOARD,
+        CLEAR,
+        b"x" + NOT_UTF8 + b"y",
+        str(devices / "nvidia0"),
+    ]
     proc = subprocess.Popen(argv, executable=sys.executable, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
@@ -72,8 +79,9 @@ def _hostile_sequences(out: bytes) -> list[bytes]:
     return found
 
 
-def test_hostile_argv_reaches_the_terminal_only_as_text(devices: Path,
-                                                         hostile_holder: subprocess.Popen[bytes]) -> None:
+def test_hostile_argv_reaches_the_terminal_only_as_text(
+    devices: Path, hostile_holder: subprocess.Popen[bytes]
+) -> None:
     pid = str(hostile_holder.pid).encode()
     run = PtyRun(_gputui_cmd("--demo-gpus", "1", "--devices-dir", str(devices), "--interval", "0.3"))
     demo = DemoProcs()

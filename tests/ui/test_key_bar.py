@@ -53,8 +53,11 @@ async def test_a_click_on_a_hint_presses_its_key() -> None:
 
 
 class Bindings(App[None]):
-    BINDINGS = [Binding("x", "do", "Do it"), Binding("y", "never", "Never"), Binding("h", "do", "Hidden",
-                                                                                       show=False)]
+    BINDINGS = [
+        Binding("x", "do", "Do it"),
+        Binding("y", "never", "Never"),
+        Binding("h", "do", "Hidden", show=False),
+    ]
 
     def __init__(self) -> None:
         super().__init__()

@@ -34,11 +34,6 @@ GONE = ("the process is gone", "the PID now belongs to another process")
 # -- reading what is drawn -------------------------------------------------------------------------
 
 
-
-
-
-
-
 def header_bar(app: GpuTuiApp) -> str:
     return lines(app.query_one(HeaderBar))[0]
 
@@ -63,9 +58,14 @@ def cursor_line(app: GpuTuiApp) -> str:
     """The drawn line that carries the cursor's colours (the table has the focus)."""
     t = table(app)
     bg = t.cursor_style.bgcolor
-    hits = ["".join(ch for ch, _ in line) for line in t._lines[1:]
-            if line and line[0][1] is not None and line[0][1].bgcolor == bg
-            and (bg is not None or line[0][1].reverse)]
+    hits = [
+        "".join(ch for ch, _ in line)
+        for line in t._lines[1:]
+        if line
+        and line[0][1] is not None
+        and line[0][1].bgcolor == bg
+        and (bg is not None or line[0][1].reverse)
+    ]
     assert len(hits) == 1, hits
     return hits[0]
 
@@ -259,7 +259,7 @@ async def test_t_toggles_the_tree() -> None:
             stem = "   " if last else "│  "
             assert rows[trainer + 1][cmd_x:].startswith(stem + "├─ python"), rows[trainer + 1]
             assert rows[trainer + 2][cmd_x:].startswith(stem + "└─ python"), rows[trainer + 2]
-        assert pids[launcher + 1:launcher + 1 + len(expected)] == expected
+        assert pids[launcher + 1 : launcher + 1 + len(expected)] == expected
         # Host processes have no GPU: their GPU cell is "-".
         assert rows[world.LAUNCHER].split()[0] == "-"
         assert rows[world.trainer_pid(0) + 1].split()[0] == "-"
@@ -527,7 +527,7 @@ async def test_markup_and_control_characters_render_literally_in_the_table() -> 
         row = lines(table(app))[y]
         assert "python eval.py --tag [/] [bold]not bold[/bold] ?[31mred? [link=x]y" in row
         x = row.index("not bold")
-        assert not any(style.bold for _, style in table(app)._lines[y][x:x + 8])  # not read as markup
+        assert not any(style.bold for _, style in table(app)._lines[y][x : x + 8])  # not read as markup
         for line in table(app)._lines:
             assert all(ch.isprintable() for ch, _ in line)
 
@@ -557,7 +557,7 @@ async def test_8_gpus_at_120x40_use_full_panes_and_leave_room_for_10_rows() -> N
         drawn = panes(app)
         assert len(drawn) == 8 * FULL_LINES
         for g in range(8):
-            head, util, mem = drawn[g * FULL_LINES:(g + 1) * FULL_LINES]
+            head, util, mem = drawn[g * FULL_LINES : (g + 1) * FULL_LINES]
             assert head.startswith(f" {g:>2} H100") and "UTIL" in head
             assert util.lstrip().startswith("util") and SPARK & set(util)
             assert mem.lstrip().startswith("mem") and SPARK & set(mem)
@@ -619,11 +619,29 @@ def _bad(snap: Snapshot) -> Snapshot:
     unknown = {"used_memory": None, "sm_util": None, "mem_util": None, "visible": True}
     procs = (  # near the largest pid_max (4194304): no such process here
         ProcessRow(gpu=0, pid=4194301, kinds="C", **unknown),  # type: ignore[arg-type]
-        ProcessRow(gpu=2, pid=4194302, kinds="", **unknown,  # type: ignore[arg-type]
-                   user=None, command=None, create_time=None, cpu_percent=None, rss=None, state=None),
+        ProcessRow(
+            gpu=2,
+            pid=4194302,
+            kinds="",
+            **unknown,  # type: ignore[arg-type]
+            user=None,
+            command=None,
+            create_time=None,
+            cpu_percent=None,
+            rss=None,
+            state=None,
+        ),
     )
-    return replace(snap, time=snap.time + 1, gpus=gpus, processes=procs, unaccounted_memory={},
-                   driver_version=None, cuda_driver_version=None, errors=("NVML: GPU 1 is lost",))
+    return replace(
+        snap,
+        time=snap.time + 1,
+        gpus=gpus,
+        processes=procs,
+        unaccounted_memory={},
+        driver_version=None,
+        cuda_driver_version=None,
+        errors=("NVML: GPU 1 is lost",),
+    )
 
 
 @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["full", "compact"])
@@ -638,7 +656,7 @@ async def test_a_bad_sample_never_crashes(size: tuple[int, int]) -> None:
         drawn = panes(app)
         text = "\n".join(drawn)
         assert "LOST" in text and "n/a" in text
-        heads = drawn[::1 if app.query_one(GpuPanes).compact else FULL_LINES]
+        heads = drawn[:: 1 if app.query_one(GpuPanes).compact else FULL_LINES]
         assert "LOST" in heads[1] and "LOST" not in heads[0]
         assert "n/a" in heads[0]
         assert sorted(shown_pids(app)) == [4194301, 4194302]

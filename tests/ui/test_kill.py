@@ -40,12 +40,18 @@ GIB = 1 << 30
 # forked), so a test never signals a process that is still starting. Each also ends by itself after a
 # minute: a safety net should a teardown ever be skipped.
 SLEEPER = "import time\nprint('ready', flush=True)\ntime.sleep(60)"
-STUBBORN = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "print('ready', flush=True)\ntime.sleep(60)")
-WITH_CHILD = ("import os, time\npid = os.fork()\nif pid == 0:\n    time.sleep(60)\n    os._exit(0)\n"
-              "print(pid, flush=True)\ntime.sleep(60)")
-WITH_ZOMBIE = ("import os, time\npid = os.fork()\nif pid == 0:\n    os._exit(0)\n"
-               "print(pid, flush=True)\ntime.sleep(60)")  # never waits for it: a zombie while it lives
+STUBBORN = (
+    "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "print('ready', flush=True)\ntime.sleep(60)"
+)
+WITH_CHILD = (
+    "import os, time\npid = os.fork()\nif pid == 0:\n    time.sleep(60)\n    os._exit(0)\n"
+    "print(pid, flush=True)\ntime.sleep(60)"
+)
+WITH_ZOMBIE = (
+    "import os, time\npid = os.fork()\nif pid == 0:\n    os._exit(0)\n"
+    "print(pid, flush=True)\ntime.sleep(60)"
+)  # never waits for it: a zombie while it lives
 
 
 # -- processes ---------------------------------------------------------------------------------------
@@ -60,8 +66,13 @@ class Kids:
 
     def start(self, code: str, *args: str) -> tuple[psutil.Process, str]:
         """A child running `code` (with `args` in its argv); returns it and the first line it printed."""
-        popen = subprocess.Popen([sys.executable, "-I", "-S", "-c", code, *args], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        popen = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", code, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self.popens.append(popen)
         assert popen.stdout is not None
         line = popen.stdout.readline().strip()  # "" if it died: end of file, never a hang
@@ -145,10 +156,23 @@ def row_of(proc: psutil.Process, command: str, gpu: int = 0, **changes: object) 
     """A GPU process row for a real process: its pid, create time, user, state and parent as psutil reads
     them; `command` is what the table shows (short, so that it is readable in the drawn lines)."""
     with proc.oneshot():
-        row = ProcessRow(gpu=gpu, pid=proc.pid, kinds="C", used_memory=2 * GIB, sm_util=50, mem_util=20,
-                         visible=True, user=proc.username(), name=proc.name(), command=command,
-                         cpu_percent=0.0, rss=proc.memory_info().rss, create_time=proc.create_time(),
-                         state=proc.status(), ppid=proc.ppid())
+        row = ProcessRow(
+            gpu=gpu,
+            pid=proc.pid,
+            kinds="C",
+            used_memory=2 * GIB,
+            sm_util=50,
+            mem_util=20,
+            visible=True,
+            user=proc.username(),
+            name=proc.name(),
+            command=command,
+            cpu_percent=0.0,
+            rss=proc.memory_info().rss,
+            create_time=proc.create_time(),
+            state=proc.status(),
+            ppid=proc.ppid(),
+        )
     return replace(row, **changes)  # type: ignore[arg-type]
 
 
@@ -159,16 +183,12 @@ def snapshot(*rows: ProcessRow, at: float = 0.0) -> Snapshot:
 def app_on(*rows: ProcessRow, readonly: bool = False) -> GpuTuiApp:
     """The app on one snapshot of `rows`, replayed on every tick (a tick comes only when woken: after a
     signal, say)."""
-    return GpuTuiApp(ReplaySampler([snapshot(*rows)]), interval=30.0, devices_dir=Path("/nonexistent"),
-                     readonly=readonly)
+    return GpuTuiApp(
+        ReplaySampler([snapshot(*rows)]), interval=30.0, devices_dir=Path("/nonexistent"), readonly=readonly
+    )
 
 
 # -- reading what is drawn (as tests/ui/test_keys.py does) -------------------------------------------
-
-
-
-
-
 
 
 def status(app: GpuTuiApp) -> str:
@@ -415,8 +435,16 @@ async def test_a_defunct_row_offers_its_parent(kids: Kids) -> None:
     parent, line = kids.start(WITH_ZOMBIE)
     zombie = kids.adopt(int(line))
     assert _wait_until(lambda: zombie.status() == psutil.STATUS_ZOMBIE, 3.0)
-    row = row_of(zombie, "[python]", kinds="", used_memory=None, sm_util=None, mem_util=None,
-                 category="defunct", reason=f"defunct: its parent {parent.pid} has not reaped it")
+    row = row_of(
+        zombie,
+        "[python]",
+        kinds="",
+        used_memory=None,
+        sm_util=None,
+        mem_util=None,
+        category="defunct",
+        reason=f"defunct: its parent {parent.pid} has not reaped it",
+    )
     assert row.state == "zombie" and row.ppid == parent.pid and row.create_time is not None
     app = app_on(row)
     async with app.run_test(size=SIZE) as pilot:
@@ -474,8 +502,10 @@ async def test_a_tagged_defunct_row_and_its_tagged_parent_list_the_parent_once(k
     zombie = kids.adopt(int(line))
     assert _wait_until(lambda: zombie.status() == psutil.STATUS_ZOMBIE, 3.0)
     # The zombie on GPU 0 is drawn above its parent on GPU 1.
-    app = app_on(row_of(zombie, "[python]", gpu=0, kinds="", category="defunct"),
-                 row_of(parent, "python trainer.py", gpu=1))
+    app = app_on(
+        row_of(zombie, "[python]", gpu=0, kinds="", category="defunct"),
+        row_of(parent, "python trainer.py", gpu=1),
+    )
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
         assert shown_pids(app) == [zombie.pid, parent.pid]
@@ -567,10 +597,12 @@ async def test_an_unknown_start_time_is_refused(kids: Kids) -> None:
         assert alive(kids, proc)
 
 
-@pytest.mark.parametrize(("who", "why"), [("self", "that is gputui itself"),
-                                          ("parent", "one of gputui's own ancestors")])
-async def test_gputui_and_its_ancestors_are_refused(monkeypatch: pytest.MonkeyPatch, who: str, why: str
-                                                    ) -> None:
+@pytest.mark.parametrize(
+    ("who", "why"), [("self", "that is gputui itself"), ("parent", "one of gputui's own ancestors")]
+)
+async def test_gputui_and_its_ancestors_are_refused(
+    monkeypatch: pytest.MonkeyPatch, who: str, why: str
+) -> None:
     me = psutil.Process()
     target = me if who == "self" else me.parent()
     assert target is not None
@@ -683,27 +715,50 @@ async def test_the_unaccounted_row_is_shown_and_k_on_it_does_nothing() -> None:
 
 
 def _fake(pid: int, category: str, reason: str, command: str, **changes: object) -> ProcessRow:
-    row = ProcessRow(gpu=0, pid=pid, kinds="", used_memory=None, sm_util=None, mem_util=None, visible=True,
-                     user="alice", name="python", command=command, cpu_percent=0.0, rss=GIB,
-                     create_time=world.START - 600, state="sleeping", ppid=5100, category=category,
-                     reason=reason)
+    row = ProcessRow(
+        gpu=0,
+        pid=pid,
+        kinds="",
+        used_memory=None,
+        sm_util=None,
+        mem_util=None,
+        visible=True,
+        user="alice",
+        name="python",
+        command=command,
+        cpu_percent=0.0,
+        rss=GIB,
+        create_time=world.START - 600,
+        state="sleeping",
+        ppid=5100,
+        category=category,
+        reason=reason,
+    )
     return replace(row, **changes)  # type: ignore[arg-type]
 
 
 # The demo world's classes, as gputui.collect.classify words them.
 SUSPECTS = {
     5103: _fake(5103, "defunct", "defunct: its parent 5101 has not reaped it", "[python]", state="zombie"),
-    5104: _fake(5104, "orphan", "holds /dev/nvidia0; parent gone (now 1 init)", "python worker.py",
-                ppid=1),
+    5104: _fake(5104, "orphan", "holds /dev/nvidia0; parent gone (now 1 init)", "python worker.py", ppid=1),
     5105: _fake(5105, "unseen", "holds /dev/nvidia1; not in NVML's list", "python leak.py", gpu=1),
-    world.GHOST: ProcessRow(gpu=1, pid=world.GHOST, kinds="C", used_memory=GIB, sm_util=0, mem_util=0,
-                            visible=False, category="nvml-only",
-                            reason="in NVML's list but not visible here"),
+    world.GHOST: ProcessRow(
+        gpu=1,
+        pid=world.GHOST,
+        kinds="C",
+        used_memory=GIB,
+        sm_util=0,
+        mem_util=0,
+        visible=False,
+        category="nvml-only",
+        reason="in NVML's list but not visible here",
+    ),
 }
 INNOCENT = {
     5101: _fake(5101, "ok", "", "python train.py --rank 0", kinds="C", used_memory=40 * GIB),
-    5102: _fake(5102, "worker", "holds /dev/nvidia0; child of a GPU process", "python train.py --worker",
-                ppid=5101),
+    5102: _fake(
+        5102, "worker", "holds /dev/nvidia0; child of a GPU process", "python train.py --worker", ppid=5101
+    ),
 }
 
 
@@ -746,9 +801,17 @@ async def test_z_with_nothing_suspicious_says_so() -> None:
 async def test_k_in_the_zombies_view_signals_a_real_orphan(kids: Kids) -> None:
     ok, _ = kids.start(SLEEPER)
     orphan, _ = kids.start(SLEEPER)
-    app = app_on(row_of(ok, "python train.py", category="ok"),
-                 row_of(orphan, "python worker.py", gpu=1, kinds="", category="orphan",
-                        reason="holds /dev/nvidia1; parent gone (now 1 init)"))
+    app = app_on(
+        row_of(ok, "python train.py", category="ok"),
+        row_of(
+            orphan,
+            "python worker.py",
+            gpu=1,
+            kinds="",
+            category="orphan",
+            reason="holds /dev/nvidia1; parent gone (now 1 init)",
+        ),
+    )
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
         await press(pilot, "z")

@@ -44,8 +44,17 @@ def _running(cmd: list[str], env: dict[str, str] | None = None) -> Iterator[tupl
 
 
 def _rigged(mode: str, marker: Path) -> list[str]:
-    return [sys.executable, "-m", "tests.ui.rigged", mode, str(marker), "--demo-gpus", str(GPUS),
-            "--interval", "0.2"]
+    return [
+        sys.executable,
+        "-m",
+        "tests.ui.rigged",
+        mode,
+        str(marker),
+        "--demo-gpus",
+        str(GPUS),
+        "--interval",
+        "0.2",
+    ]
 
 
 def _leave(run: PtyRun, how: str) -> None:

@@ -62,9 +62,19 @@ def _recording(agents: dict[int, AgentReport]) -> list[Snapshot]:
     me = psutil.Process()
     out = []
     for snap in world.snapshots(gpus=2, seconds=20, weird=False):
-        rows = tuple(dataclasses.replace(p, pid=ME, create_time=me.create_time(), command=RECORDED_COMMAND,
-                                         user="alice", devices=("/dev/nvidia0",))
-                     if p.pid == world.trainer_pid(0) else p for p in snap.processes)
+        rows = tuple(
+            dataclasses.replace(
+                p,
+                pid=ME,
+                create_time=me.create_time(),
+                command=RECORDED_COMMAND,
+                user="alice",
+                devices=("/dev/nvidia0",),
+            )
+            if p.pid == world.trainer_pid(0)
+            else p
+            for p in snap.processes
+        )
         out.append(dataclasses.replace(snap, processes=rows, agents=agents))
     return out
 
@@ -117,8 +127,9 @@ async def test_allocator_actions_send_nothing(replay: bool, agent: Agent, live_p
         assert "read-only: actions disabled" in screen_text(app)
 
 
-async def test_with_actions_allowed_the_same_keys_do_reach_the_agent(agent: Agent,
-                                                                    live_poller: AgentPoller) -> None:
+async def test_with_actions_allowed_the_same_keys_do_reach_the_agent(
+    agent: Agent, live_poller: AgentPoller
+) -> None:
     """The counterpart: the keys pressed above do send, when the app may act (so the test can fail)."""
     report = live_poller.poll()[ME]
     before = agent.requests
@@ -142,8 +153,9 @@ def _forbid(monkeypatch: pytest.MonkeyPatch, target: str) -> list[str]:
 
 
 async def test_replay_detail_shows_the_recording_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    called = _forbid(monkeypatch, "gputui.ui.screens.describe") + _forbid(monkeypatch,
-                                                                         "gputui.ui.screens.py_spy_dump")
+    called = _forbid(monkeypatch, "gputui.ui.screens.describe") + _forbid(
+        monkeypatch, "gputui.ui.screens.py_spy_dump"
+    )
     app = _app(_recording({}), replay=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
@@ -189,13 +201,13 @@ async def test_readonly_detail_reads_proc_but_never_attaches_py_spy(monkeypatch:
         assert "read-only" in (screen.stack or "")
 
 
-
 async def test_a_replay_is_read_only_even_if_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its pids are the recorded machine's: k must never signal whatever has that pid here now."""
     sent: list[object] = []
     monkeypatch.setattr("gputui.collect.signals.send", lambda *args: sent.append(args) or [])
-    app = GpuTuiApp(ReplaySampler(_recording({}), devices_dir=Path("/nonexistent")), interval=30.0,
-                    replay=True)
+    app = GpuTuiApp(
+        ReplaySampler(_recording({}), devices_dir=Path("/nonexistent")), interval=30.0, replay=True
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
         await pilot.press("space", "k", "y", "K")

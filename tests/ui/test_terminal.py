@@ -34,8 +34,9 @@ from tests.ui.terminal import (
 
 
 @contextlib.contextmanager
-def _demo_in_tmux(tmux: Tmux, width: int, height: int, gpus: int,
-                  drawn: Callable[[str], bool]) -> Iterator[tuple[DemoProcs, str]]:
+def _demo_in_tmux(
+    tmux: Tmux, width: int, height: int, gpus: int, drawn: Callable[[str], bool]
+) -> Iterator[tuple[DemoProcs, str]]:
     """gputui --demo in a `width` x `height` pane until the screen passes `drawn` and every demo process
     is up; yields them and that screen. Afterwards the server is killed and the demo's leftovers too."""
     demo = DemoProcs()
@@ -213,9 +214,11 @@ def _assert_ends_quietly(run: PtyGputui, demo: DemoProcs, cpu_limit: float) -> N
     before = _cpu_seconds(gputui)
     start = time.monotonic()
     # Watch it exit without reaping it, so its final CPU time can still be read.
-    exited = _wait_until(lambda: os.waitid(os.P_PID, gputui.pid,
-                                           os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None, 3.5,
-                         step=0.02)
+    exited = _wait_until(
+        lambda: os.waitid(os.P_PID, gputui.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None,
+        3.5,
+        step=0.02,
+    )
     took = time.monotonic() - start
     spent = _cpu_seconds(gputui) - before
     assert exited, f"gputui still running 3.5 s after its terminal went away (CPU {spent:.2f} s)"
@@ -241,8 +244,9 @@ def test_a_terminal_gone_without_a_sighup_ends_gputui_within_3_s() -> None:
         _assert_ends_quietly(run, demo, cpu_limit=1.0)
 
 
-@pytest.mark.parametrize(("args", "mouse"), [([], True), (["--no-mouse"], False)],
-                         ids=["default", "no-mouse"])
+@pytest.mark.parametrize(
+    ("args", "mouse"), [([], True), (["--no-mouse"], False)], ids=["default", "no-mouse"]
+)
 def test_mouse_tracking_follows_no_mouse(args: list[str], mouse: bool) -> None:
     with _demo_in_pty(args, gpus=1) as (run, demo):
         assert run.proc is not None
@@ -258,8 +262,9 @@ def test_mouse_tracking_follows_no_mouse(args: list[str], mouse: bool) -> None:
         demo.assert_all_gone()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT],
-                         ids=["SIGHUP", "SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT], ids=["SIGHUP", "SIGTERM", "SIGINT"]
+)
 def test_a_signal_exits_cleanly_and_gives_the_terminal_back(signum: int) -> None:
     """On a live terminal: exit status 128 + signal, no traceback, the alternate screen left, the cursor
     shown and mouse tracking off again, and every demo process gone."""

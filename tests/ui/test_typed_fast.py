@@ -54,14 +54,18 @@ async def test_pilot_g_enter_enter_without_pause() -> None:
         assert not isinstance(app.screen, GpuChooser)
 
 
-@pytest.mark.parametrize(("open_key", "close_keys"), [
-    ("question_mark", ("escape", "escape")),
-    ("D", ("escape", "escape")),
-    ("e", ("escape", "escape")),
-    ("enter", ("enter", "enter")),  # the detail: Enter opens it and closes it
-])
-async def test_a_close_key_twice_closes_one_screen(open_key: str, close_keys: tuple[str, ...],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("open_key", "close_keys"),
+    [
+        ("question_mark", ("escape", "escape")),
+        ("D", ("escape", "escape")),
+        ("e", ("escape", "escape")),
+        ("enter", ("enter", "enter")),  # the detail: Enter opens it and closes it
+    ],
+)
+async def test_a_close_key_twice_closes_one_screen(
+    open_key: str, close_keys: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The doctor runs in a thread: keep it from examining this machine.
     monkeypatch.setattr("gputui.ui.doctor_screen.diagnose", lambda **_: [])
     app = make_app()
@@ -108,7 +112,6 @@ async def test_the_main_screen_is_never_popped() -> None:
         app.pop_screen()
         await _settle(pilot, app)
         assert len(app.screen_stack) == 1
-
 
 
 async def test_slash_and_a_filter_typed_in_one_read_all_go_to_the_filter() -> None:

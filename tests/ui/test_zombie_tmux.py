@@ -73,7 +73,7 @@ def _table(screen: str) -> tuple[str, list[str]]:
     lines = screen.splitlines()
     top = next(i for i, line in enumerate(lines) if re.match(r"^\s*GPU\S*\s+PID", line))
     body = []
-    for line in lines[top + 1:]:
+    for line in lines[top + 1 :]:
         if not line.strip():
             break
         body.append(line)
@@ -87,7 +87,7 @@ def _row_pid(line: str) -> int | None:
 
 def _class(header: str, line: str) -> str:
     """The CLASS cell of a row (in the zombies view the column after it is REASON · COMMAND)."""
-    return line[header.index("CLASS"):header.index("REASON")].strip()
+    return line[header.index("CLASS") : header.index("REASON")].strip()
 
 
 @needs_tmux
@@ -124,8 +124,11 @@ def test_tmux_z_k_y_ends_the_orphan(tmux: Tmux) -> None:
 
         assert _wait_until(dialog, 5.0), f"no kill dialog:\n{screen}"
         # The dialog's list, inside its frame: "│  PID  USER  CLASS ...".
-        listed = [line.split()[1:4] for line in screen.splitlines()
-                  if line.lstrip().startswith("│") and len(line.split()) > 3 and line.split()[1].isdigit()]
+        listed = [
+            line.split()[1:4]
+            for line in screen.splitlines()
+            if line.lstrip().startswith("│") and len(line.split()) > 3 and line.split()[1].isdigit()
+        ]
         assert [row[0] for row in listed] == [str(orphan)], f"not a dialog for the orphan {orphan}:\n{screen}"
         assert listed[0][2] == "orphan", screen
         assert "SIGTERM" in screen and "Cancel" in screen
@@ -142,12 +145,15 @@ def test_tmux_z_k_y_ends_the_orphan(tmux: Tmux) -> None:
             return False
 
         # init reaps the orphan: on some hosts only every second or two.
-        assert _wait_until(ended, 8.0), (f"orphan {orphan} in /proc: {_in_proc(orphan)}, "
-                                         f"still a demo process: {_describe([demo.orphan])}\n{screen}")
+        assert _wait_until(ended, 8.0), (
+            f"orphan {orphan} in /proc: {_in_proc(orphan)}, "
+            f"still a demo process: {_describe([demo.orphan])}\n{screen}"
+        )
         assert "Send a signal" not in screen
         # Everything else of the demo is untouched.
-        assert all(not _exited(p) for p in demo.procs() if p.pid != orphan
-                   and p.status() != psutil.STATUS_ZOMBIE), _describe(demo.procs())
+        assert all(
+            not _exited(p) for p in demo.procs() if p.pid != orphan and p.status() != psutil.STATUS_ZOMBIE
+        ), _describe(demo.procs())
 
         tmux.keys("q")
         exit_status = re.compile(r"^exited with status (\d+)$", re.MULTILINE)

@@ -21,32 +21,71 @@ def trainer_pid(gpu: int) -> int:
 
 def _row(gp: GpuProcess) -> ProcessRow:
     if gp.pid == GHOST:
-        return ProcessRow(gpu=gp.gpu, pid=gp.pid, kinds=gp.kinds, used_memory=gp.used_memory,
-                          sm_util=gp.sm_util, mem_util=gp.mem_util, visible=False, category="nvml-only",
-                          reason="in NVML's list but not visible here")
+        return ProcessRow(
+            gpu=gp.gpu,
+            pid=gp.pid,
+            kinds=gp.kinds,
+            used_memory=gp.used_memory,
+            sm_util=gp.sm_util,
+            mem_util=gp.mem_util,
+            visible=False,
+            category="nvml-only",
+            reason="in NVML's list but not visible here",
+        )
     return ProcessRow(
-        gpu=gp.gpu, pid=gp.pid, kinds=gp.kinds, used_memory=gp.used_memory, sm_util=gp.sm_util,
-        mem_util=gp.mem_util, visible=True, user="alice" if gp.gpu % 2 == 0 else "bob", name="python",
+        gpu=gp.gpu,
+        pid=gp.pid,
+        kinds=gp.kinds,
+        used_memory=gp.used_memory,
+        sm_util=gp.sm_util,
+        mem_util=gp.mem_util,
+        visible=True,
+        user="alice" if gp.gpu % 2 == 0 else "bob",
+        name="python",
         command=f"python train.py --config configs/llama-7b.yaml --rank {gp.gpu}",
-        cpu_percent=97.0 + gp.gpu, rss=(11 + gp.gpu) * GIB, create_time=START - 5400 - gp.gpu,
-        state="running", ppid=LAUNCHER)
+        cpu_percent=97.0 + gp.gpu,
+        rss=(11 + gp.gpu) * GIB,
+        create_time=START - 5400 - gp.gpu,
+        state="running",
+        ppid=LAUNCHER,
+    )
 
 
 def _hosts(gpus: int) -> tuple[HostProcess, ...]:
-    hosts = [HostProcess(pid=LAUNCHER, ppid=1, user="alice", name="torchrun",
-                         command="torchrun --nproc-per-node 4 train.py", cpu_percent=0.3, rss=GIB // 4,
-                         create_time=START - 5500, state="sleeping")]
+    hosts = [
+        HostProcess(
+            pid=LAUNCHER,
+            ppid=1,
+            user="alice",
+            name="torchrun",
+            command="torchrun --nproc-per-node 4 train.py",
+            cpu_percent=0.3,
+            rss=GIB // 4,
+            create_time=START - 5500,
+            state="sleeping",
+        )
+    ]
     for g in range(gpus):
         for w in range(2):
-            hosts.append(HostProcess(
-                pid=trainer_pid(g) + 1 + w, ppid=trainer_pid(g), user="alice" if g % 2 == 0 else "bob",
-                name="pt_data_worker", command=f"python train.py --config configs/llama-7b.yaml --rank {g}",
-                cpu_percent=55.0, rss=2 * GIB, create_time=START - 5300, state="sleeping"))
+            hosts.append(
+                HostProcess(
+                    pid=trainer_pid(g) + 1 + w,
+                    ppid=trainer_pid(g),
+                    user="alice" if g % 2 == 0 else "bob",
+                    name="pt_data_worker",
+                    command=f"python train.py --config configs/llama-7b.yaml --rank {g}",
+                    cpu_percent=55.0,
+                    rss=2 * GIB,
+                    create_time=START - 5300,
+                    state="sleeping",
+                )
+            )
     return tuple(hosts)
 
 
-def snapshots(gpus: int = 4, seconds: int = 360, weird: bool = True, unaccounted: bool = False
-              ) -> list[Snapshot]:
+def snapshots(
+    gpus: int = 4, seconds: int = 360, weird: bool = True, unaccounted: bool = False
+) -> list[Snapshot]:
     """`seconds` + 1 snapshots, one a second, of a job that has been running for a while. With
     `unaccounted`, GPU 0 has 1.5 GiB that no process accounts for (the demo's leak), which adds a row."""
     demo = DemoSource(gpus=gpus, seed=0)
@@ -62,20 +101,42 @@ def snapshots(gpus: int = 4, seconds: int = 360, weird: bool = True, unaccounted
         rows = [_row(p) for p in procs]
         if weird and gpus > 1:
             rows[-1] = ProcessRow(
-                gpu=1, pid=WEIRD_PID, kinds="C", used_memory=GIB, sm_util=3, mem_util=1, visible=True,
-                user="mallory", name="python", command=WEIRD_COMMAND, cpu_percent=1.5, rss=GIB,
-                create_time=START - 60, state="sleeping", ppid=1)
-        out.append(Snapshot(
-            time=START + k, hostname="train-box-01", source="demo", driver_version="580.95.05",
-            nvml_version="13.580.95.05", cuda_driver_version="13.0", gpus=reading.gpus,
-            processes=tuple(rows),
-            unaccounted_memory=unaccounted_memory(reading.gpus, tuple(procs)) if unaccounted else {},
-            host_processes=hosts))
+                gpu=1,
+                pid=WEIRD_PID,
+                kinds="C",
+                used_memory=GIB,
+                sm_util=3,
+                mem_util=1,
+                visible=True,
+                user="mallory",
+                name="python",
+                command=WEIRD_COMMAND,
+                cpu_percent=1.5,
+                rss=GIB,
+                create_time=START - 60,
+                state="sleeping",
+                ppid=1,
+            )
+        out.append(
+            Snapshot(
+                time=START + k,
+                hostname="train-box-01",
+                source="demo",
+                driver_version="580.95.05",
+                nvml_version="13.580.95.05",
+                cuda_driver_version="13.0",
+                gpus=reading.gpus,
+                processes=tuple(rows),
+                unaccounted_memory=unaccounted_memory(reading.gpus, tuple(procs)) if unaccounted else {},
+                host_processes=hosts,
+            )
+        )
     return out
 
 
-def sampler(gpus: int = 4, seconds: int = 360, history: int = 360, weird: bool = True,
-            unaccounted: bool = False) -> tuple[ReplaySampler, list[Snapshot]]:
+def sampler(
+    gpus: int = 4, seconds: int = 360, history: int = 360, weird: bool = True, unaccounted: bool = False
+) -> tuple[ReplaySampler, list[Snapshot]]:
     """A ReplaySampler whose first `history` snapshots are meant to be put into the app's History
     before it starts (see `make_app`), so sparklines have five minutes behind them at once."""
     snaps = snapshots(gpus, seconds, weird, unaccounted)
