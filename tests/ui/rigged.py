@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from gputui import cli
+from gputui import cli, commands
 from gputui.collect import sampler
 from gputui.collect.demo import DemoSource
 from gputui.model import Snapshot
@@ -48,14 +48,14 @@ class StuckDemo(DemoSource):
 
 def rig_stuck_source(marker: Path, close_hangs: bool = False) -> None:
     StuckDemo.marker, StuckDemo.close_hangs = marker, close_hangs
-    original = cli.make_source
+    original = commands.make_source
 
     def make_source(args, start_at: float = 0.0):  # type: ignore[no-untyped-def]
         source = original(args, start_at)
         assert isinstance(source, DemoSource)
         return StuckDemo(gpus=source.gpu_count, seed=source.seed, start_at=source.start_at)
 
-    cli.make_source = make_source  # type: ignore[assignment]
+    commands.make_source = make_source  # type: ignore[assignment]
 
 
 def rig_stuck_agent(marker: Path) -> None:

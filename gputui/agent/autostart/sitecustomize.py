@@ -1,17 +1,16 @@
-"""Put on PYTHONPATH by `gputui run`: starts the agent in every Python process of the job (torchrun's
-ranks included) when GPUTUI_AGENT=1, then runs the sitecustomize this one shadows, if any."""
+"""Put on PYTHONPATH by `gputui run`, alone: starts the agent in every Python process of the job
+(torchrun's ranks included) when GPUTUI_AGENT=1, then runs the sitecustomize this one shadows, if any."""
 
 import importlib
 import os
+import runpy
 import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
 
 if os.environ.get("GPUTUI_AGENT") == "1":
     try:
-        import gputui.agent
-
-        gputui.agent.start()
+        runpy.run_path(os.path.join(_here, "gputui_boot.py"))
     except Exception as _err:  # never stop the user's program over the monitor
         sys.stderr.write(f"gputui agent not started: {_err}\n")
 

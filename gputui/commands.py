@@ -1,0 +1,295 @@
+"""What each subcommand does once its arguments are parsed (gputui.cli parses them). Each returns the
+exit status; what goes wrong is one line on standard error."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+from gputui.collect.source import GpuSource
+from gputui.units import printable
+
+AUTOSTART = Path(__file__).resolve().parent / "agent" / "autostart"
+
+
+def make_source(args: argparse.Namespace, start_at: float = 0.0) -> GpuSource:
+    if args.demo:
+        from gputui.collect.demo import DemoSource
+
+        return DemoSource(gpus=args.demo_gpus, seed=args.seed, start_at=start_at)
+    from gputui.collect.nvml import NvmlSource
+
+    return NvmlSource(devices_dir=args.devices_dir or Path("/dev"))
+
+
+def say(prog: str, message: str) -> None:
+    print(f"{prog}: {message}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`gputui run -- COMMAND ...`: COMMAND, and every Python process it starts (torchrun's ranks
+    included), runs with the agent. The job's path gets one directory, holding only the agent's start-up
+    file: none of gputui's own environment, whose packages would shadow the job's."""
+    argv = list(args.command)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        say("gputui run", "error: no command (usage: gputui run -- python train.py ARGS)")
+        return 2
+    env = dict(os.environ, GPUTUI_AGENT="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(AUTOSTART), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    )
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as err:
+        say("gputui run", f"cannot run {printable(argv[0])}: {err.strerror}")
+        return 127
+    return 0  # not reached
+
+
+def agent(args: argparse.Namespace) -> int:
+    """`gputui agent install|uninstall|status [--python PATH]`: the GPUTUI_AGENT=1 hook of the Python
+    environment that runs the training jobs (not gputui's own, which may be pipx's private one)."""
+    from gputui.agent import hook
+
+    prog = f"gputui agent {args.action}"
+    python = args.python or shutil.which("python") or shutil.which("python3")
+    if python is None:
+        say(prog, "error: no `python` on PATH; name the training environment's Python with --python PATH")
+        return 2
+    try:
+        env = hook.environment(python)
+        if args.action == "install":
+            path = hook.install(env)
+            print(f"installed {path} for {env.describe()}")
+            print("Python processes of that environment started with GPUTUI_AGENT=1 now run the agent")
+        elif args.action == "uninstall":
+            removed = hook.uninstall(env)
+            print(f"removed {removed}" if removed else f"no hook was installed for {env.describe()}")
+        else:
+            print(f"{hook.status(env)}: {env.hook} for {env.describe()}")
+    except hook.HookError as err:
+        say(prog, printable(str(err)))
+        return 1
+    if args.python is None:
+        print(f"(that is the `python` on PATH; use --python PATH for another environment than {python})")
+    return 0
+
+
+def record(args: argparse.Namespace) -> int:
+    """`gputui record FILE`: snapshots as JSON Lines (or CSV) until --duration, Ctrl-C or SIGTERM.
+    Exit 0: done; 1: writing failed on the way (a full disk, a closed pipe); 2: could not start."""
+    from gputui.collect.sampler import Sampler
+    from gputui.record import Recorder, RecordError
+
+    path = None if args.file == "-" else Path(args.file)
+    if path is None and args.max_size:
+        args.parser.error("--max-size needs a file to rotate, not - (standard output)")
+    if path is not None and not path.parent.is_dir():
+        args.parser.error(f"no such directory: {path.parent}")
+    max_bytes = int(args.max_size * 1e6) if args.max_size else None
+    recorder = Recorder(path, as_csv=args.csv, max_bytes=max_bytes)
+    try:
+        recorder.open()
+    except RecordError as err:
+        say("gputui record", str(err))
+        return 2
+    end = time.monotonic() + args.duration if args.duration else None
+    try:
+        with Sampler(make_source(args), devices_dir=args.devices_dir) as sampler:
+            while end is None or time.monotonic() < end:
+                recorder.write(sampler.tick())
+                wait = args.interval if end is None else min(args.interval, end - time.monotonic())
+                if wait > 0:
+                    time.sleep(wait)
+    except RecordError as err:
+        say("gputui record", f"{err} (after {recorder.written} snapshots)")
+        return 1
+    finally:
+        recorder.close()
+    say("gputui record", f"{recorder.written} snapshots {'in' if path else 'to'} {recorder.where}")
+    return 0
+
+
+def replay(args: argparse.Namespace) -> int:
+    """`gputui replay FILE`: the TUI on a recording. Every line is checked against the snapshot schema and
+    bounded in size (see gputui.record); exit 2 when the file holds no snapshot at all."""
+    from gputui.record import load_recording
+
+    name = printable(str(args.file))
+    try:
+        found = load_recording(args.file)
+    except OSError as err:
+        say("gputui replay", f"cannot read {name}: {err.strerror or err}")
+        return 2
+    snaps = found.snapshots
+    if not snaps:
+        why = f" ({printable(found.first_bad)})" if found.first_bad else ""
+        say("gputui replay", f"{name} holds no gputui snapshot (JSON Lines from `gputui record`){why}")
+        return 2
+    if no_terminal("gputui replay", "it draws the full-screen view"):
+        return 2
+    from gputui.collect.replay import ReplaySampler
+    from gputui.ui.app import GpuTuiApp
+
+    app = GpuTuiApp(
+        ReplaySampler(snaps),
+        interval=ReplaySampler.interval_of(snaps, args.speed),
+        mouse=not args.no_mouse,
+        readonly=True,
+        replay=True,
+    )
+    if found.bad:
+        skipped = f"{found.bad} lines of {name} were not snapshots and were skipped"
+        app.notes.append(printable(f"{skipped} (the first, {found.first_bad})"))
+    if found.stopped:
+        app.notes.append(printable(f"{name}: {found.stopped}; replaying what was read"))
+    code = app.run(mouse=not args.no_mouse)
+    return code if code is not None else 0
+
+
+def export(args: argparse.Namespace) -> int:
+    """`gputui export`: a Prometheus exporter with dcgm-exporter's metric names, plus gputui's own."""
+    try:
+        from gputui.export import exporter as ex
+    except ImportError as err:
+        say(
+            "gputui export",
+            f"needs prometheus-client ({err.name} is missing): pip install 'gputui[prometheus]'",
+        )
+        return 2
+    from gputui.collect.sampler import Sampler
+
+    try:  # SIGTERM / SIGINT (SystemExit) is how a service is stopped, whenever it comes: a clean exit
+        with Sampler(make_source(args, start_at=120.0), devices_dir=args.devices_dir) as sampler:
+            if args.hostname:
+                sampler.hostname = args.hostname
+            exporter = ex.Exporter(sampler)
+            exporter.tick()  # the first scrape already has data
+            try:
+                server, port = ex.serve(exporter, args.port, args.bind)
+            except OSError as err:
+                say("gputui export", f"cannot listen on {args.bind}:{args.port}: {err.strerror or err}")
+                return 2
+            try:
+                ex.announce(port, args.bind, exporter, args.interval)
+                ex.run(exporter, args.interval)
+            finally:
+                server.close()  # within a fraction of a second, whatever its clients are doing
+    except SystemExit as stop:
+        if stop.code not in (128 + signal.SIGTERM, 128 + signal.SIGINT):
+            raise
+    return 0
+
+
+def fleet(args: argparse.Namespace) -> int:
+    """`gputui fleet --prometheus URL`: every host and GPU Prometheus knows, in the TUI."""
+    from gputui.export.fleet import FleetReader
+    from gputui.export.promql import connect
+
+    try:
+        prometheus = connect(
+            args.prometheus,
+            timeout=args.timeout,
+            bearer_token_file=args.bearer_token_file,
+            ca_file=args.ca_file,
+            insecure=args.insecure,
+        )
+    except ValueError as err:  # its message names no password and no token
+        args.parser.error(str(err))
+    reader = FleetReader(prometheus, args.selector, window=args.window)
+    view = reader.refresh()
+    # A bad selector, refused credentials, or an answer that is not (a trustworthy) Prometheus's: say so
+    # now. An unreachable or slow Prometheus gets the banner and retries.
+    if view.refused or view.bad_answer:
+        say("gputui fleet", printable(view.error or "Prometheus refused the query"))
+        return 2
+    if no_terminal("gputui fleet", "it draws the full-screen view"):
+        return 2
+    from gputui.ui.fleet_app import FleetApp
+
+    app = FleetApp(reader, interval=args.interval, sort=args.sort, mouse=not args.no_mouse)
+    code = app.run(mouse=not args.no_mouse)
+    if app.crash is not None:  # Textual printed its traceback; the last line says what it was
+        say("gputui fleet", f"the fleet view crashed: {app.crash}")
+        return max(1, app.exit_status)
+    return code if code is not None else 0
+
+
+def doctor(args: argparse.Namespace) -> int:
+    """`gputui doctor`: why isn't my GPU being used? Exit 0: nothing wrong, 1: a problem, 2: cannot run."""
+    python = args.python
+    if python is not None:
+        found = shutil.which(python)
+        if found is None:
+            args.parser.error(f"argument --python: not an executable: {python}")
+        python = found
+    from gputui.doctor import report
+    from gputui.doctor.process import NoSuchProcess
+    from gputui.doctor.run import diagnose
+
+    try:
+        checks = diagnose(pid=args.pid, python=python)
+    except NoSuchProcess as err:
+        say("gputui doctor", printable(str(err)))  # it may quote a process's name: another user's text
+        return report.EXIT_CANNOT_RUN
+    except Exception as err:  # the doctor itself broke: say so in one line, never a traceback
+        say("gputui doctor", f"could not run: {type(err).__name__}: {printable(str(err))}")
+        return report.EXIT_CANNOT_RUN
+    written = write_stdout(report.as_json(checks) if args.json else report.text(checks), "gputui doctor")
+    return written if written else report.exit_code(checks)
+
+
+def completion(args: argparse.Namespace) -> int:
+    """`gputui completion SHELL`: the script that makes the shell complete gputui's commands and flags."""
+    import argcomplete
+
+    return write_stdout(argcomplete.shellcode(["gputui"], shell=args.shell), "gputui completion")
+
+
+def no_terminal(prog: str, why: str, hint: str = "") -> bool:
+    """True (after one line saying so) when the full-screen app cannot run here: no terminal on
+    standard input and output (cron, a pipe, CI), or TERM=dumb (an editor's shell buffer)."""
+    term = os.environ.get("TERM", "")
+    if not (_isatty(sys.stdin) and _isatty(sys.stdout)):
+        problem = "standard input and output are not a terminal"
+    elif term in ("", "dumb"):
+        problem = f"TERM is {term or 'not set'}"
+    else:
+        return False
+    say(prog, f"{problem}, and {why}{hint}")
+    return True
+
+
+def _isatty(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def write_stdout(text: str, prog: str = "gputui") -> int:
+    """Writes `text` and a newline: 0, or 1 with one line when the output cannot take it (a full disk).
+    A reader that went away (`gputui --json | head -c 100`) is a normal way to read: 0, quietly."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+        return 0
+    except OSError as err:
+        _drop_stdout()
+        say(prog, f"cannot write the output: {err.strerror or err}")
+        return 1
+    return 0
+
+
+def _drop_stdout() -> None:
+    """What is still buffered for stdout would fail again at exit, with a traceback-like complaint."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
