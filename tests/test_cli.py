@@ -20,6 +20,7 @@ from gputui.collect.demo import DemoSource
 from gputui.collect.sampler import Sampler
 from gputui.jsonout import dumps, schema, snapshot_from_dict, snapshot_to_dict
 from gputui.oneshot import render
+from tests.processes import cmdline
 
 TIMEOUT = 60
 
@@ -301,3 +302,74 @@ def test_demo_json_does_not_import_textual() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["source"] == "demo"
+
+
+# -- where the output goes -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args", [["--demo", "--json"], ["--demo", "--once"], ["doctor", "--json"]], ids=["json", "once", "doctor"]
+)
+def test_output_onto_a_full_disk_is_one_line(args: list[str]) -> None:
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gputui", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=TIMEOUT,
+        )
+    assert proc.returncode == 1
+    prog = "gputui doctor" if args[0] == "doctor" else "gputui"
+    assert proc.stderr.splitlines() == [f"{prog}: cannot write the output: No space left on device"]
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_stdout_that_is_not_utf8(encoding: str) -> None:
+    env = {**os.environ, "PYTHONIOENCODING": encoding}
+    for args in (["--demo", "--once"], ["--demo", "--json"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "gputui", *args], capture_output=True, timeout=TIMEOUT, env=env
+        )
+        assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+        out = proc.stdout.decode(encoding)  # what it wrote is in the encoding it was given
+        if "--json" in args:
+            assert json.loads(out)["gpus"]
+        else:
+            assert "GPU" in out and "UTIL" in out
+
+
+def test_without_a_terminal_the_monitor_says_what_to_use() -> None:
+    before = set(psutil.pids())
+    result = gputui_run("--demo")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "gputui: standard input and output are not a terminal, and the monitor is full-screen; "
+        "`gputui --once` prints a table, `gputui --json` a snapshot"
+    ]
+    started = [psutil.Process(pid) for pid in set(psutil.pids()) - before if psutil.pid_exists(pid)]
+    assert not any("demo_train" in " ".join(cmdline(p)) for p in started)
+
+
+def test_with_term_dumb_the_monitor_says_what_to_use() -> None:
+    from tests.ui.pty_run import PtyRun
+
+    run = PtyRun([sys.executable, "-m", "gputui", "--demo"], env={"TERM": "dumb"})
+    try:
+        assert run.wait_exit(TIMEOUT) is not None
+        assert run.proc is not None and run.proc.returncode == 2
+        text = run.all_output().decode()
+    finally:
+        run.close()
+    assert "TERM is dumb" in text and "gputui --once" in text
+    assert "\x1b[" not in text  # the screen was never switched
+
+
+def test_replay_without_a_terminal_is_one_line(tmp_path: Path) -> None:
+    with Sampler(DemoSource(gpus=1, workers=0)) as sampler:
+        (tmp_path / "rec.jsonl").write_text(dumps(sampler.tick()) + "\n")
+    result = gputui_run("replay", str(tmp_path / "rec.jsonl"))
+    assert result.returncode == 2 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith("gputui replay: standard input and output are not a terminal")

@@ -62,7 +62,9 @@ def test_every_option_and_argument_has_help(prog: str) -> None:
         if isinstance(action, argparse._SubParsersAction):  # each command's line is its help
             assert all(choice.help for choice in action._choices_actions), prog
             continue
-        assert action.help and action.help != argparse.SUPPRESS, f"{prog}: {action.option_strings or action.dest}"
+        assert action.help and action.help != argparse.SUPPRESS, (
+            f"{prog}: {action.option_strings or action.dest}"
+        )
 
 
 @pytest.mark.parametrize("prog", sorted(ALL))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NAME = "gputui-agent.pth"
+ONCE = "_gputui_agent_hook"  # a key in sys.modules: the hook has run in this process
 BOOT = Path(__file__).resolve().parent / "autostart" / "gputui_boot.py"
 ASK_TIMEOUT_S = 30.0
 # Standard library only, and the same in Python 3.10 to 3.13: it runs in the *target* interpreter.
@@ -45,10 +46,16 @@ class Environment:
 
 def line(boot: Path = BOOT) -> str:
     """The .pth line. A line that starts with "import" is executed at interpreter start-up: keep it one
-    line that cannot fail the interpreter, and that says so when gputui has gone from where it was."""
+    line that cannot fail the interpreter, and that says so when gputui has gone from where it was.
+    site.py may read the same .pth twice (a venv's lib64 is a link to lib): the marker makes it once."""
     code = (
-        f"try:\n import runpy; runpy.run_path({str(boot)!r})\n"
-        "except Exception as e:\n import sys; sys.stderr.write(f'gputui agent not started: {e}\\n')\n"
+        "import sys\n"
+        f"if {ONCE!r} not in sys.modules:\n"
+        f" sys.modules[{ONCE!r}] = sys\n"
+        " try:\n"
+        f"  import runpy; runpy.run_path({str(boot)!r})\n"
+        " except Exception as e:\n"
+        "  sys.stderr.write(f'gputui agent not started: {e}\\n')\n"
     )
     return f"import os; exec({code!r}) if os.environ.get('GPUTUI_AGENT') == '1' else None\n"
 
