@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gputui.export.promql import (
+    AccessDenied,
     BadAnswer,
     Prometheus,
     PrometheusError,
@@ -177,6 +178,7 @@ class FleetView:
     failures: int = 0  # refreshes failed in a row
     refused: bool = False  # Prometheus said the query is wrong (a bad --selector): retrying won't help
     bad_answer: bool = False  # what answered is not Prometheus's API, or not one to trust (promql.BadAnswer)
+    access_denied: bool = False  # credentials wanted or refused, or the certificate not verified
     queries: int = 0  # queries the last refresh sent
     detail: HostDetail | None = None
 
@@ -276,19 +278,28 @@ class FleetReader:
             view = self._read()
         except PrometheusError as err:
             view = self._failed(
-                str(err), refused=isinstance(err, QueryRefused), bad_answer=isinstance(err, BadAnswer)
+                str(err),
+                refused=isinstance(err, QueryRefused),
+                bad_answer=isinstance(err, BadAnswer),
+                access_denied=isinstance(err, AccessDenied),
             )
         except Exception as err:  # a bug here must not end the refresh loop: it is the banner's line
-            view = self._failed(
-                f"could not make sense of Prometheus's answer: {type(err).__name__}: {err}", bad_answer=True
-            )
+            reason = self.prometheus.redact(f"{type(err).__name__}: {err}")
+            view = self._failed(f"could not make sense of Prometheus's answer: {reason}", bad_answer=True)
         self.view = replace(view, queries=self.prometheus.requests - before)
         return self.view
 
-    def _failed(self, error: str, refused: bool = False, bad_answer: bool = False) -> FleetView:
+    def _failed(
+        self, error: str, refused: bool = False, bad_answer: bool = False, access_denied: bool = False
+    ) -> FleetView:
         """The last view, kept, with why this refresh failed."""
         return replace(
-            self.view, error=error, failures=self.view.failures + 1, refused=refused, bad_answer=bad_answer
+            self.view,
+            error=error,
+            failures=self.view.failures + 1,
+            refused=refused,
+            bad_answer=bad_answer,
+            access_denied=access_denied,
         )
 
     def _read(self) -> FleetView:
@@ -368,7 +379,7 @@ class FleetReader:
         for name, fields in gpus.items():
             job, instance = targets[name]
             in_order = sorted(fields, key=lambda g: (len(g), g))  # 2 before 10
-            host = FleetHost(
+            row = FleetHost(
                 name,
                 instance,
                 job,
@@ -380,8 +391,8 @@ class FleetReader:
             )
             old = previous.get(name)
             if name not in fresh:
-                host = _stale(host, old, seen.get(name))
-            hosts.append(host)
+                row = _stale(row, old, seen.get(name))
+            hosts.append(row)
         for name, old in previous.items():
             # Gone from the range data too (it was up for less than a step): keep it, stale, for a window.
             if name not in gpus and old.last_seen is not None and now - old.last_seen <= self.window:

@@ -6,22 +6,35 @@ downstream sees raw JSON. A request has one wall-clock deadline (connecting, hea
 together), an answer is read in bounded chunks up to MAX_ANSWER_BYTES, and a redirect is followed only
 to http(s) on the same host. Every failure becomes a PrometheusError with one printable line a person
 can act on.
+
+Secured Prometheus: credentials in the URL (`https://user:password@host`) go as HTTP Basic auth, a
+bearer token file as `Authorization: Bearer`, a CA file or --insecure set how the certificate is
+checked (`connect` takes the CLI's options). The secrets never reach a URL, a message or a repr: every
+message names `shown_url`, which has no credentials, and has the secrets blanked out as a last resort.
+A redirect to another origin is refused while there are credentials to send.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import json
 import math
+import os
+import re
 import socket
+import ssl
+import stat
 import string
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gputui.units import printable
@@ -35,7 +48,10 @@ MAX_LABEL_CHARS = 1024  # a label value longer than this is cut: it is drawn in 
 MAX_ERROR_CHARS = 300  # an error is one line of the banner
 MAX_REDIRECTS = 3
 MAX_TIME = 1e11  # seconds since 1970 (year 5138): a larger "time" is no time
+MAX_TOKEN_BYTES = 16 * 1024  # a bearer token file: JWTs of a few KiB fit
+MAX_CA_BYTES = 4 * 1024 * 1024  # a CA file: a whole system bundle is ~200 KiB
 _CHUNK = 64 * 1024
+_MIN_SCRUBBED = 4  # secrets this long or longer are blanked out of messages; shorter ones would blank words
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
@@ -44,7 +60,7 @@ class PrometheusError(Exception):
     line, whatever the server put in it."""
 
     def __init__(self, message: str) -> None:
-        text = printable(message)
+        text = self.untruncated = printable(message)  # Prometheus.redact works on the whole of it
         if len(text) > MAX_ERROR_CHARS:
             text = text[: MAX_ERROR_CHARS - 1] + "…"
         super().__init__(text)
@@ -52,6 +68,11 @@ class PrometheusError(Exception):
 
 class QueryRefused(PrometheusError):
     """Prometheus answered, and said the query is wrong (a bad selector): retrying will not help."""
+
+
+class AccessDenied(PrometheusError):
+    """Prometheus wants credentials or refused ours (HTTP 401/403), or its certificate cannot be
+    verified: asking again will not help until the user changes the credentials or TLS options."""
 
 
 class BadAnswer(PrometheusError):
@@ -76,15 +97,72 @@ class Series:
     points: tuple[tuple[float, float | None], ...]  # (time, value), value None where NaN or infinite
 
 
-def check_url(url: str) -> str:
-    """The API base URL without a trailing slash; ValueError with the reason when it is not usable."""
+_PERCENT_ENCODE = "percent-encode / ? # @ in a user name or password (%2F %3F %23 %40)"
+
+
+class _Secret:
+    """A string that is never shown: its str and repr are a placeholder, so a traceback that prints
+    its holder's locals, or a stray f-string, shows no secret."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<hidden>"
+
+    __str__ = __repr__
+
+
+def _split(url: str) -> tuple[str, tuple[str, str] | None]:
+    """(the API base URL: no credentials, no trailing slash; (user, password) from the URL, or None).
+    ValueError with the reason, which never shows the credentials."""
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise ValueError("the URL has spaces or control characters in it (e.g. http://prometheus:9090)")
     parts = urllib.parse.urlsplit(url)
+    if "@" in parts.path + parts.query + parts.fragment:
+        # "http://u:pa/ss@host" splits at the "/": "pa" would be a port, "ss@host" a path.
+        raise ValueError(f"'@' after the host in the URL: {_PERCENT_ENCODE}")
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    shown = urllib.parse.urlunsplit((parts.scheme, hostport, parts.path, "", "")) if at else url
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r} (e.g. http://prometheus:9090)")
+        raise ValueError(f"not an http(s) URL: {shown!r} (e.g. http://prometheus:9090)")
     try:
         parts.port  # noqa: B018 - raises for a port that is no number or out of range
     except ValueError:
-        raise ValueError(f"not a usable port in {url!r} (e.g. http://prometheus:9090)") from None
+        raise ValueError(f"not a usable port in {shown!r} (e.g. http://prometheus:9090)") from None
+    if parts.query or parts.fragment:
+        raise ValueError(f"a query or fragment in {shown!r}: give scheme://host:port/path-prefix only")
+    base = urllib.parse.urlunsplit((parts.scheme, hostport, parts.path.rstrip("/"), "", ""))
+    return base, (_credentials(userinfo) if at else None)
+
+
+def _credentials(userinfo: str) -> tuple[str, str]:
+    """The user and password of a URL's "user:password", percent-decoded, fit for HTTP Basic auth."""
+    user_part, _, password_part = userinfo.partition(":")
+    try:
+        user = urllib.parse.unquote(user_part, errors="strict")
+        password = urllib.parse.unquote(password_part, errors="strict")
+    except UnicodeDecodeError:  # its message quotes the bytes
+        raise ValueError("the user name or password in the URL is not UTF-8 once percent-decoded") from None
+    if not user and not password:
+        raise ValueError("the URL has an '@' but no user name or password before it")
+    if ":" in user:  # Basic auth is "user:password": the first colon ends the user name
+        raise ValueError("a user name with ':' in it cannot be sent as HTTP Basic auth")
+    if not (user + password).isprintable():
+        raise ValueError("the user name or password in the URL has control characters in it")
+    return user, password
+
+
+def check_url(url: str) -> str:
+    """`url` without a trailing slash; ValueError with the reason when it is not usable. Credentials in
+    it (http://user:password@host) stay, for Prometheus to take out: do not show the result, show
+    Prometheus.shown_url."""
+    _split(url)
     return url.rstrip("/")
 
 
@@ -255,26 +333,27 @@ def _shut(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
-class _Cut:
-    """A connection that connects within what is left of its deadline and is cut at its end."""
+def _connector(deadline: _Deadline) -> Callable[..., socket.socket]:
+    """http.client's connect, within what is left of `deadline`, with the connection cut at its end."""
 
-    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
-        self._deadline = deadline
-        self._create_connection = self._connect
-
-    def _connect(self, address: tuple[str, int], timeout: float, source: Any = None) -> socket.socket:
-        sock = socket.create_connection(address, min(timeout, self._deadline.left()), source)
-        self._deadline.watch(sock)
+    def connect(address: tuple[str, int], timeout: float, source: Any = None) -> socket.socket:
+        sock = socket.create_connection(address, min(timeout, deadline.left()), source)
+        deadline.watch(sock)
         return sock
 
-
-class _CutHTTPConnection(_Cut, http.client.HTTPConnection):
-    pass
+    return connect
 
 
-class _CutHTTPSConnection(_Cut, http.client.HTTPSConnection):
-    pass
+class _CutHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, host: str, *, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(host, **kwargs)
+        self._create_connection = _connector(deadline)
+
+
+class _CutHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, host: str, *, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(host, **kwargs)  # TLS wraps the socket _create_connection returns
+        self._create_connection = _connector(deadline)
 
 
 class _HTTP(urllib.request.HTTPHandler):
@@ -283,26 +362,37 @@ class _HTTP(urllib.request.HTTPHandler):
         self.deadline = deadline
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_CutHTTPConnection, req, deadline=self.deadline)
+        deadline = self.deadline
+
+        def connection(host: str, /, **kwargs: Any) -> http.client.HTTPConnection:
+            return _CutHTTPConnection(host, deadline=deadline, **kwargs)
+
+        return self.do_open(connection, req)
 
 
 class _HTTPS(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline) -> None:
+    def __init__(self, deadline: _Deadline, tls: Callable[[], ssl.SSLContext]) -> None:
         super().__init__()
         self.deadline = deadline
+        self.tls = tls
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_CutHTTPSConnection, req, context=self._context, deadline=self.deadline)
+        deadline = self.deadline
+
+        def connection(host: str, /, **kwargs: Any) -> http.client.HTTPSConnection:
+            return _CutHTTPSConnection(host, deadline=deadline, **kwargs)
+
+        return self.do_open(connection, req, context=self.tls())
 
 
-def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
+def _opener(deadline: _Deadline, tls: Callable[[], ssl.SSLContext]) -> urllib.request.OpenerDirector:
     """http and https (through the environment's proxies, as urllib does), no other scheme, and no
     redirect followed by urllib: _get follows them, after checking where they lead."""
     opener = urllib.request.OpenerDirector()
     for handler in (
         urllib.request.ProxyHandler(),
         _HTTP(deadline),
-        _HTTPS(deadline),
+        _HTTPS(deadline, tls),
         urllib.request.HTTPDefaultErrorHandler(),
         urllib.request.HTTPErrorProcessor(),
     ):
@@ -323,28 +413,219 @@ def _read(reply: Any, limit: int) -> bytearray | None:
     return body
 
 
+def _size(limit: int) -> str:
+    return f"{limit // 2**20} MiB" if limit % 2**20 == 0 else f"{limit // 1024} KiB"
+
+
+def _read_small(path: Path, limit: int, what: str) -> tuple[bytes, os.stat_result]:
+    """The bytes of a file or pipe (`--ca-file <(...)`), at most `limit` of them, and its stat; a device
+    (it could be /dev/zero) or a directory is refused. ValueError in one line."""
+    shown = printable(str(path))
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+                raise ValueError(f"{what} {shown} is not a file")
+            data = f.read(limit + 1)
+    except OSError as err:
+        raise ValueError(f"cannot read {what} {shown}: {err.strerror or err}") from None
+    if len(data) > limit:
+        raise ValueError(f"{what} {shown} is over {_size(limit)}: is it the right file?")
+    return data, st
+
+
+def _token(data: bytes, shown: str) -> str:
+    token = data.strip()
+    if not token:
+        raise ValueError(f"the bearer token file {shown} is empty")
+    if token[:7].lower() == b"bearer ":
+        raise ValueError(f"the bearer token file {shown} starts with 'Bearer ': write the token alone")
+    if not all(0x21 <= b <= 0x7E for b in token):
+        raise ValueError(
+            f"the bearer token file {shown} is not one token: "
+            "it has spaces, control characters or non-ASCII in it"
+        )
+    return token.decode("ascii")
+
+
+class _Basic:
+    """HTTP Basic auth with the user and password from the URL."""
+
+    kind = "basic auth"
+    noun = "the credentials"
+
+    def __init__(self, user: str, password: str) -> None:
+        encoded = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        self._header = _Secret("Basic " + encoded)
+        # As a server could echo them back: as typed, as in a URL, as sent.
+        self._secrets = tuple(_Secret(s) for s in (password, urllib.parse.quote(password, safe=""), encoded))
+
+    def header(self) -> str:
+        return self._header.reveal()
+
+    def secrets(self) -> list[str]:
+        return [s.reveal() for s in self._secrets]
+
+
+class _TokenFile:
+    """`Authorization: Bearer` with the token in a file. A file that changes is read again: tokens are
+    rotated (Kubernetes rewrites a service account's token file well before the old one expires).
+    A pipe is read once."""
+
+    kind = "bearer token"
+    noun = "the bearer token"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._token = _Secret("")
+        self._version: tuple[int, int, int] | None = None  # of a regular file: inode, size, mtime
+        self._load()
+
+    def _load(self) -> None:
+        data, st = _read_small(self.path, MAX_TOKEN_BYTES, "the bearer token file")
+        self._token = _Secret(_token(data, printable(str(self.path))))
+        self._version = (st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+    def _changed(self) -> bool:
+        if self._version is None:
+            return False
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True  # _load says why
+        return (st.st_ino, st.st_size, st.st_mtime_ns) != self._version
+
+    def header(self) -> str:
+        if self._changed():
+            try:
+                self._load()
+            except ValueError as err:
+                raise PrometheusError(str(err)) from None
+        return "Bearer " + self._token.reveal()
+
+    def secrets(self) -> list[str]:
+        return [self._token.reveal()]
+
+
+def _ssl_reason(err: ssl.SSLError) -> str:
+    reason = str(err.args[1] if len(err.args) > 1 else err)
+    # Where in CPython's C it was raised, and the name of ssl's argument: no help to a person.
+    return re.sub(r"\s*\(_ssl\.c:\d+\)|: cadata does not contain a certificate", "", reason)
+
+
+def _ca_context(path: Path) -> ssl.SSLContext:
+    """A context that trusts the certificates in `path` (PEM, or one in DER) and no others. Read here,
+    bounded, rather than by OpenSSL (cafile=): that would read a device for ever, and takes no pipe."""
+    data, _ = _read_small(path, MAX_CA_BYTES, "the CA file")
+    shown = printable(str(path))
+    if not data.strip():  # no cadata at all would be the system's CAs
+        raise ValueError(f"the CA file {shown} holds no certificate (PEM or DER): it is empty")
+    # PEM is ASCII; a bundle's comments may not be: they are dropped, the certificates are not.
+    cadata: str | bytes = data.decode("ascii", "ignore") if b"-----BEGIN" in data else data
+    try:
+        context = ssl.create_default_context(cadata=cadata)
+    except ssl.SSLError as err:
+        # Not PEM: OpenSSL's reason for bytes that are not DER either ("not enough data") says nothing.
+        why = _ssl_reason(err) if isinstance(cadata, str) else "no -----BEGIN CERTIFICATE----- and not DER"
+        raise ValueError(f"the CA file {shown} holds no certificate (PEM or DER): {why}") from None
+    if not context.cert_store_stats()["x509"]:
+        raise ValueError(f"the CA file {shown} holds no certificate (PEM or DER)")
+    return context
+
+
+def _unverified_context() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False  # first: CERT_NONE is refused while hostnames are checked
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+_BOTH = "credentials in the URL and a bearer token file: give one of them"
+
+
+def connect(
+    url: str,
+    *,
+    timeout: float,
+    bearer_token_file: Path | None = None,
+    ca_file: Path | None = None,
+    insecure: bool = False,
+) -> Prometheus:
+    """The Prometheus that `gputui fleet`'s options describe. ValueError with one line, no secret in it,
+    for options that cannot work. Credentials or a token over plain http are sent as asked: whoever
+    can watch that network can read them, which is the user's call."""
+    _, credentials = _split(url)
+    if credentials is not None and bearer_token_file is not None:
+        raise ValueError(_BOTH)
+    if insecure and ca_file is not None:
+        raise ValueError("--insecure and --ca-file contradict each other: --insecure checks no certificate")
+    tls = _unverified_context() if insecure else _ca_context(ca_file) if ca_file is not None else None
+    return Prometheus(url, timeout, bearer_token_file=bearer_token_file, tls=tls)
+
+
 class Prometheus:
-    def __init__(self, url: str, timeout: float = 5.0) -> None:
-        self.url = check_url(url)
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 5.0,
+        *,
+        bearer_token_file: Path | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """`url` may hold credentials (http://user:password@host): they are sent as HTTP Basic auth.
+        `tls`: how https is checked; None: against the system's CAs."""
+        self.url, credentials = _split(url)  # where requests go: no credentials in it
+        if credentials is not None and bearer_token_file is not None:
+            raise ValueError(_BOTH)
+        self._auth: _Basic | _TokenFile | None = None
+        if credentials is not None:
+            self._auth = _Basic(*credentials)
+        elif bearer_token_file is not None:
+            self._auth = _TokenFile(bearer_token_file)
+        self._tls = tls
+        self.tls_verified = tls is None or tls.verify_mode != ssl.CERT_NONE
         self.timeout = timeout
         self.requests = 0
         self._deadline: _Deadline | None = None  # of the request in flight
         self._closed = False
 
+    @property
+    def shown_url(self) -> str:
+        """The URL to show a person: it never holds credentials."""
+        return self.url
+
+    @property
+    def auth(self) -> str | None:
+        """How requests authenticate: "basic auth", "bearer token", or None."""
+        return None if self._auth is None else self._auth.kind
+
+    def __repr__(self) -> str:
+        tls = "" if self.tls_verified else ", TLS not verified"
+        return f"Prometheus({self.shown_url!r}, auth={self.auth}{tls})"
+
+    def redact(self, text: str) -> str:
+        """`text` with this client's secrets blanked out: a server can echo what it was sent."""
+        for secret in self._auth.secrets() if self._auth else ():
+            if len(secret) >= _MIN_SCRUBBED:
+                text = text.replace(secret, "***")
+        return text
+
+    def _context(self) -> ssl.SSLContext:
+        if self._tls is None:  # made once: loading the system's CAs takes milliseconds
+            self._tls = ssl.create_default_context()
+        return self._tls
+
     def query(self, promql: str, at: float | None = None) -> list[Sample]:
         params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        return self._parse(self._get("query", params), samples)
+        result: list[Sample] = self._ask("query", params, samples)
+        return result
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[Series]:
-        return self._parse(
-            self._get(
-                "query_range",
-                {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
-            ),
-            series,
-        )
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        result: list[Series] = self._ask("query_range", params, series)
+        return result
 
     def close(self) -> None:
         """No more requests: the one in flight (on another thread) ends now, any later one at once."""
@@ -352,6 +633,15 @@ class Prometheus:
         deadline = self._deadline
         if deadline is not None:
             deadline.expire()
+
+    def _ask(self, endpoint: str, params: dict[str, str], shape: Any) -> Any:
+        try:
+            return self._parse(self._get(endpoint, params), shape)
+        except PrometheusError as err:
+            clean = self.redact(err.untruncated)
+            if clean == err.untruncated:
+                raise
+            raise type(err)(clean) from None
 
     def _parse(self, text: str, shape: Any) -> Any:
         try:
@@ -398,8 +688,11 @@ class Prometheus:
             request = urllib.request.Request(
                 url, data=data, method="POST", headers={"Accept": "application/json"}
             )
+            if self._auth is not None:
+                # Unredirected: were urllib ever to follow a redirect itself, it would not forward it.
+                request.add_unredirected_header("Authorization", self._auth.header())
             try:
-                with _opener(deadline).open(request, timeout=deadline.left()) as reply:
+                with _opener(deadline, self._context).open(request, timeout=deadline.left()) as reply:
                     body = _read(reply, MAX_ANSWER_BYTES)
             except urllib.error.HTTPError as err:
                 try:
@@ -418,7 +711,8 @@ class Prometheus:
 
     def _redirect(self, url: str, location: str) -> str:
         """Where a redirect from `url` leads, if it is to be followed: http(s), the same host, no
-        downgrade from https. The query is sent again there, as it was (Prometheus takes a POST)."""
+        downgrade from https, and, with credentials to send, the same origin. The query is sent again
+        there, as it was (Prometheus takes a POST)."""
         # http.client decoded the header as ISO-8859-1: its bytes back, unsafe ones %-escaped.
         target = urllib.parse.urljoin(
             url, urllib.parse.quote(location.strip(), encoding="iso-8859-1", safe=string.punctuation)
@@ -428,6 +722,8 @@ class Prometheus:
             raise BadAnswer(
                 f"Prometheus at {self.url} redirected to {target}: refused, only http and https are followed"
             )
+        if "@" in now.netloc:  # not shown: they may be ours, echoed
+            raise BadAnswer(f"Prometheus at {self.url} redirected to a URL with credentials in it: refused")
         if now.hostname != was.hostname:
             raise BadAnswer(
                 f"Prometheus at {self.url} redirected to another host: {target}: refused "
@@ -435,6 +731,13 @@ class Prometheus:
             )
         if (was.scheme, now.scheme) == ("https", "http"):
             raise BadAnswer(f"Prometheus at {self.url} redirected from https to http: {target}: refused")
+        if self._auth is not None and _origin(now, target) != _origin(was, url):
+            # Refused rather than followed without them: the other origin would answer 401, blamed on
+            # the credentials, or answer without asking, and its data would pass for this one's.
+            raise BadAnswer(
+                f"Prometheus at {self.url} redirected to {target}, another origin: refused, so as not "
+                f"to send it {self._auth.noun} (if that is Prometheus, give its address to --prometheus)"
+            )
         return target
 
     def _too_slow(self) -> PrometheusError:
@@ -443,8 +746,19 @@ class Prometheus:
         return PrometheusError(f"Prometheus at {self.url} did not answer within {self.timeout:g} s")
 
     def _failure(self, err: Exception) -> PrometheusError:
+        reason = err.reason if isinstance(err, urllib.error.URLError) else err
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            return AccessDenied(
+                f"cannot verify the TLS certificate of {self.url}: {reason.verify_message}: give the CA "
+                "that signed it with --ca-file (or skip the check with --insecure)"
+            )
+        if isinstance(reason, ssl.SSLError):  # e.g. WRONG_VERSION_NUMBER: https to a plain http port
+            return PrometheusError(f"TLS with Prometheus at {self.url} failed: {_ssl_reason(reason)}")
+        if isinstance(err, http.client.RemoteDisconnected) and self.url.startswith("http:"):
+            return PrometheusError(
+                f"Prometheus at {self.url} hung up without answering (if it serves https, use an https URL)"
+            )
         if isinstance(err, urllib.error.URLError):
-            reason = err.reason
             text = getattr(reason, "strerror", None) or str(reason)
             return PrometheusError(f"cannot reach Prometheus at {self.url}: {text}")
         if isinstance(err, http.client.HTTPException):  # a malformed answer, or a URL http.client rejects
@@ -454,6 +768,8 @@ class Prometheus:
         return PrometheusError(f"cannot read from Prometheus at {self.url}: {type(err).__name__}: {err}")
 
     def _http_error(self, err: urllib.error.HTTPError) -> PrometheusError:
+        if err.code in (401, 403):
+            return self._denied(err.code)
         try:
             reason = json.loads(err.read(MAX_ERROR_BODY_BYTES))["error"]
         except (ValueError, KeyError, TypeError, OSError, RecursionError, http.client.HTTPException):
@@ -462,3 +778,25 @@ class Prometheus:
             return QueryRefused(f"Prometheus refused the query: {reason}")
         # 503 timeout / canceled and the like: a loaded Prometheus; asking again may work.
         return PrometheusError(f"Prometheus could not answer (HTTP {err.code}): {reason}")
+
+    def _denied(self, code: int) -> AccessDenied:
+        if self._auth is not None:
+            return AccessDenied(f"Prometheus at {self.url} refused {self._auth.noun} (HTTP {code})")
+        if code == 401:
+            return AccessDenied(
+                f"Prometheus at {self.url} needs credentials (HTTP 401): "
+                "put user:password@ in the URL or use --bearer-token-file"
+            )
+        return AccessDenied(
+            f"Prometheus at {self.url} refused access (HTTP 403): if it needs credentials, "
+            "put user:password@ in the URL or use --bearer-token-file"
+        )
+
+
+def _origin(parts: urllib.parse.SplitResult, url: str) -> tuple[str, str | None, int]:
+    """(scheme, host, port) of a URL, its scheme's default port filled in."""
+    try:
+        port = parts.port
+    except ValueError:
+        raise BadAnswer(f"a redirect to {url}: its port is no port") from None
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)

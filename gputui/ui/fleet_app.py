@@ -38,9 +38,10 @@ class FleetReady(Message):
 class FleetHeader(CellCanvas):
     DEFAULT_CSS = "FleetHeader { height: 1; }"
 
-    def __init__(self, url: str, *, id: str | None = None) -> None:
+    def __init__(self, url: str, *, tls_verified: bool = True, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.url = url
+        self.url = url  # Prometheus.shown_url: no credentials in it
+        self.tls_verified = tls_verified
         self.view: FleetView | None = None
         self.sort = "busy"
         self.palette = Palette.default()
@@ -48,6 +49,8 @@ class FleetHeader(CellCanvas):
     def build(self, width: int) -> list[Line]:
         p = self.palette
         line = Line().add(" gputui fleet ", p.title).add(self.url, p.plain)
+        if not self.tls_verified:  # --insecure: whoever answers could be anyone
+            line.add("  TLS not verified", p.warning)
         view = self.view
         if view is None or view.fetched_at is None:
             return [line.add("  connecting…", p.dim)]
@@ -114,7 +117,7 @@ class FleetApp(App[int]):
         Binding("z", "sort('zombies')", "Zombies", show=False),
         Binding("r", "refresh", "Refresh"),
     ]
-    HELP = [
+    KEYS_HELP = [  # not HELP: that is Textual's DOMNode.HELP, a markdown string
         ("Enter", "open the host under the cursor: its GPUs, processes, zombies, allocators (Esc: back)"),
         ("s", "sort by the next key: busy, idle, memory, dips, zombies, name (or click a column)"),
         ("b / i / m", "sort: busiest first / idlest first / fullest memory first"),
@@ -140,7 +143,8 @@ class FleetApp(App[int]):
         self.theme = DEFAULT_THEME
 
     def compose(self) -> ComposeResult:
-        self.header = FleetHeader(self.reader.prometheus.url, id="header")
+        prometheus = self.reader.prometheus
+        self.header = FleetHeader(prometheus.shown_url, tls_verified=prometheus.tls_verified, id="header")
         self.banner = Banner(id="banner")
         self.banner.selector = self.reader.matchers
         self.table = FleetTable(id="hosts")
@@ -237,7 +241,7 @@ class FleetApp(App[int]):
         self._wake.set()
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.HELP))
+        self.push_screen(HelpScreen(self.KEYS_HELP))
 
     @on(FleetTable.RowChosen)
     def _open_host(self, event: FleetTable.RowChosen) -> None:

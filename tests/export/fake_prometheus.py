@@ -15,6 +15,9 @@ answered as Prometheus answers a bad query: HTTP 400 with its error JSON.
         fake.refusal = "parse error"      # HTTP 400 {"status":"error",...}
         fake.raw = (200, "text/html", b"<html>")  # any answer at all
         fake.takeover = drip(...)                 # the handler answers as it likes (hostile_prometheus.py)
+        fake.auth = "Basic dTpw"          # any other Authorization (or none): HTTP 401 (fake.auth_status)
+
+    with FakePrometheus(tls=server_context) as fake:  # https://127.0.0.1:port
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import contextlib
 import json
 import math
 import re
+import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -115,6 +120,7 @@ class Received:
     method: str
     content_type: str
     params: dict[str, str]
+    authorization: str = ""  # the Authorization header as it arrived, "" without one
 
     @property
     def query(self) -> str:
@@ -133,8 +139,36 @@ def _num(value: float) -> str:
     return "NaN" if math.isnan(value) else repr(float(value))
 
 
+class _Server(ThreadingHTTPServer):
+    """The HTTP server, over TLS when given a server context. The handshake is made in the answer's
+    thread, not in accept: a client that hangs in it must not stall the others."""
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None
+    ):
+        self.tls = tls
+        super().__init__(address, handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        if self.tls is not None:
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that refused the certificate, or hung up: the test looks at what the client saw
+
+
 class FakePrometheus:
-    def __init__(self, hosts: int = 0, gpus: int = 8, *, job: str = "gpu", gputui: bool = False) -> None:
+    def __init__(
+        self,
+        hosts: int = 0,
+        gpus: int = 8,
+        *,
+        job: str = "gpu",
+        gputui: bool = False,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.lock = threading.RLock()
         self.hosts: dict[str, FakeHost] = {}
         for i in range(hosts):
@@ -144,6 +178,9 @@ class FakePrometheus:
         self.refusal: str | None = None  # answer every query with HTTP 400 and this error
         self.raw: tuple[int, str, bytes] | None = None  # answer every query with (status, type, body)
         self.takeover: Takeover | None = None  # answer every request with this instead
+        self.auth: str | None = None  # the Authorization header every request must carry
+        self.auth_status = 401  # the answer to one without it
+        self.tls = tls
         self.port = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -190,13 +227,13 @@ class FakePrometheus:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         """Listen (again: on the same port, once it has one)."""
         assert self._server is None, "already running"
         self._release = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
+        self._server = _Server(("127.0.0.1", self.port), self._handler(), self.tls)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -254,8 +291,18 @@ class FakePrometheus:
                 params = dict(urllib.parse.parse_qsl(form))
                 with fake.lock:
                     fake.received.append(
-                        Received(path, endpoint, self.command, self.headers.get("Content-Type", ""), params)
+                        Received(
+                            path,
+                            endpoint,
+                            self.command,
+                            self.headers.get("Content-Type", ""),
+                            params,
+                            self.headers.get("Authorization", ""),
+                        )
                     )
+                if fake.auth is not None and self.headers.get("Authorization") != fake.auth:
+                    self._refuse(fake.auth_status)
+                    return
                 if fake.delay and release.wait(fake.delay):
                     return  # stopped while waiting: the client gave up long ago
                 takeover = fake.takeover
@@ -272,6 +319,17 @@ class FakePrometheus:
                     self.wfile.write(body)
                 except OSError:  # the client went away
                     pass
+
+            def _refuse(self, status: int) -> None:
+                """As Prometheus's own basic auth (--web.config.file) answers."""
+                body = b"Unauthorized\n"
+                with contextlib.suppress(OSError):
+                    self.send_response(status)
+                    self.send_header("WWW-Authenticate", 'Basic realm="prometheus"')
+                    self.send_header("Content-Type", "text/plain; charset=utf-8")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
 
         return Handler
 

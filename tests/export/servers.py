@@ -1,5 +1,6 @@
 """Real servers for the exporter and fleet tests: `gputui export --demo` processes and a Prometheus
-server (Debian's `prometheus`) on loopback, each with its own temporary files."""
+server (Debian's `prometheus`) on loopback, each with its own temporary files; and a CA with a
+certificate for 127.0.0.1, for the https tests."""
 
 from __future__ import annotations
 
@@ -9,16 +10,20 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 PROMETHEUS = shutil.which("prometheus")
 NO_PROMETHEUS = "the prometheus binary is not installed (apt-get install prometheus; .ci/run does)"
 _ANNOUNCE = re.compile(r"http://[^:]+:(\d+)/metrics")
+OPENSSL = shutil.which("openssl")
+NO_OPENSSL = "the openssl command is not installed (apt-get install openssl): no certificates for https"
 
 
 def free_port() -> int:
@@ -149,3 +154,71 @@ class PrometheusServer:
                 self.proc.kill()
                 self.proc.wait(5)
         self.log.close()
+
+
+# --- certificates -------------------------------------------------------------------------------------
+
+_OPENSSL_CONFIG = """\
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = gputui test CA
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+"""
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    ca: Path  # the CA's certificate (PEM): what --ca-file is given
+    cert: Path  # the server's, for 127.0.0.1 and localhost, signed by the CA
+    key: Path  # the server's key
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.cert, self.key)
+        return context
+
+
+def make_tls_files(directory: Path) -> TlsFiles:
+    """A CA of its own and a server certificate it signed, made by the openssl command (EC P-256 keys,
+    valid 10 years; X.509 v3 extensions as strict verifiers want them)."""
+    assert OPENSSL, NO_OPENSSL
+    config = directory / "openssl.cnf"
+    config.write_text(_OPENSSL_CONFIG)
+    ca, ca_key = directory / "ca.pem", directory / "ca.key"
+    cert, key, request = directory / "server.pem", directory / "server.key", directory / "server.csr"
+    ten_years = ["-days", "3650"]
+    new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout"]
+    _openssl("req", "-x509", "-config", config, "-extensions", "ca", *new_key, ca_key, "-out", ca, *ten_years)
+    _openssl("req", "-new", "-config", config, *new_key, key, "-out", request, "-subj", "/CN=127.0.0.1")
+    signed_by_ca = ["-CA", ca, "-CAkey", ca_key, "-set_serial", "2", *ten_years]
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        request,
+        *signed_by_ca,
+        "-extfile",
+        config,
+        "-extensions",
+        "server",
+        "-out",
+        cert,
+    )
+    return TlsFiles(ca, cert, key)
+
+
+def _openssl(*args: str | Path) -> None:
+    assert OPENSSL, NO_OPENSSL
+    subprocess.run([OPENSSL, *map(str, args)], check=True, capture_output=True, timeout=30)

@@ -178,11 +178,11 @@ def test_http_500_without_json_names_the_status(fake: FakePrometheus) -> None:
 
 
 def test_http_error_with_json_lacking_an_error_names_the_status(fake: FakePrometheus) -> None:
-    fake.raw = _json({"message": "forbidden"}, status=403)
+    fake.raw = _json({"message": "no upstream"}, status=502)  # (401 and 403: test_fleet_auth.py)
     with pytest.raises(PrometheusError) as err:
         Prometheus(fake.url).query("up")
     assert not isinstance(err.value, QueryRefused)
-    assert "answered HTTP 403 Forbidden" in _one_line(err)
+    assert "answered HTTP 502 Bad Gateway" in _one_line(err)
 
 
 def test_a_prometheus_query_timeout_is_not_a_refused_query(fake: FakePrometheus) -> None:
