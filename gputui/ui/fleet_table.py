@@ -119,7 +119,7 @@ class FleetTable(CursorTable):
         if not self.rows:
             return [*lines, Line().add(f" {self.empty_note}", p.dim)]
         cells, shown = self._spark_cells(width)
-        for i in self.visible():
+        for i in self.visible_rows():
             lines.append(self._row(self.rows[i], i == self.cursor, cells, shown))
         return lines
 
