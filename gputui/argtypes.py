@@ -31,13 +31,6 @@ def directory(text: str) -> Path:
     return path
 
 
-def readable_file(text: str) -> Path:
-    path = Path(text)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"not a file: {text}")
-    return path
-
-
 def positive(text: str) -> float:
     try:
         value = float(text)

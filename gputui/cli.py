@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gputui import __version__, argtypes, commands
@@ -182,8 +183,6 @@ def _record_parser(sub: argparse._SubParsersAction, source: argparse.ArgumentPar
 
 
 def _replay_parser(sub: argparse._SubParsersAction) -> None:
-    from pathlib import Path
-
     p = _add(
         sub,
         "replay",
@@ -255,13 +254,13 @@ def _fleet_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--bearer-token-file",
-        type=argtypes.readable_file,
+        type=Path,
         metavar="FILE",
         help="send the token in FILE as a bearer token",
     )
     p.add_argument(
         "--ca-file",
-        type=argtypes.readable_file,
+        type=Path,
         metavar="FILE",
         help="trust the CA certificate(s) in FILE for https",
     )

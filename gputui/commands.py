@@ -207,7 +207,7 @@ def fleet(args: argparse.Namespace) -> int:
     view = reader.refresh()
     # A bad selector, refused credentials, or an answer that is not (a trustworthy) Prometheus's: say so
     # now. An unreachable or slow Prometheus gets the banner and retries.
-    if view.refused or view.bad_answer:
+    if view.refused or view.bad_answer or view.access_denied:
         say("gputui fleet", printable(view.error or "Prometheus refused the query"))
         return 2
     if no_terminal("gputui fleet", "it draws the full-screen view"):
