@@ -39,9 +39,9 @@ def _torch() -> Any | None:
     return sys.modules.get("torch")
 
 
-def _quiet(fn: Callable[[], Any]) -> Any | None:
+def _quiet(fn: Callable[..., Any], *args: Any) -> Any | None:
     try:
-        return fn()
+        return fn(*args)
     except Exception:  # an allocator call must never take the host process down
         return None
 
@@ -88,19 +88,20 @@ class TorchStats:
         }
         if torch is None:
             return out
-        cuda = getattr(torch, "cuda", None)
         out["cuda"] = _quiet(lambda: torch.version.cuda)
-        initialized = bool(cuda is not None and _quiet(cuda.is_initialized))
+        cuda = getattr(torch, "cuda", None)
+        # Lambdas, not bound methods: an older torch lacking one is a None, not an AttributeError.
+        initialized = cuda is not None and bool(_quiet(lambda: cuda.is_initialized()))
         out["cuda_initialized"] = initialized
-        if not initialized:
+        if cuda is None or not initialized:
             return out
-        out["allocator_backend"] = _quiet(cuda.get_allocator_backend)
+        out["allocator_backend"] = _quiet(lambda: cuda.get_allocator_backend())
         self._attach_oom_observer(torch)
         with self._lock:
             out["oom_events"] = list(self._ooms)
-        count = _quiet(cuda.device_count) or 0
+        count = _quiet(lambda: cuda.device_count()) or 0
         for device in range(count):
-            stats = _quiet(lambda d=device: cuda.memory_stats(d)) or {}
+            stats = _quiet(lambda d: cuda.memory_stats(d), device) or {}
             if not stats or not stats.get("reserved_bytes.all.peak"):
                 continue  # a device this process never allocated on
             out["devices"].append(self._device(torch, device, stats))

@@ -24,11 +24,27 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict
 
 import psutil
 
 from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
 from gputui.model import GpuProcess, GpuSample
+
+
+class _SlowFields(TypedDict):
+    """The GpuSample fields NVML refreshes only every few seconds."""
+
+    temperature: int
+    sm_clock: int
+    sm_clock_max: int
+    mem_clock: int
+    mem_clock_max: int
+    pstate: int
+    throttle_reasons: tuple[str, ...]
+    enc_util: int
+    dec_util: int
+
 
 MAX_GPUS = 16
 GIB = 1 << 30
@@ -114,7 +130,7 @@ class DemoSource:
         self._watch_w: int | None = None
         self._t0 = 0.0
         self._energy = [0.0] * gpus
-        self._slow: dict[int, dict[str, object]] = {}
+        self._slow: dict[int, _SlowFields] = {}
         self._last_t: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -276,7 +292,7 @@ class DemoSource:
         return Reading(tuple(gpus), tuple(procs))
 
     @staticmethod
-    def _slow_fields(sim: _Sim, t: float, util: float, power: float) -> dict[str, object]:
+    def _slow_fields(sim: _Sim, t: float, util: float, power: float) -> _SlowFields:
         capped = power >= sim.power_cap - 1.0
         idle = util <= 5
         return {

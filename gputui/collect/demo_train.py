@@ -62,6 +62,12 @@ def _parse(argv: list[str]) -> dict[str, str]:
     return args
 
 
+def _checkpoint_and_exit(signum: int, frame: object) -> None:
+    """SIGINT is how a trainer is asked to save a checkpoint and stop: pretend to, then exit cleanly."""
+    time.sleep(0.2)
+    os._exit(0)
+
+
 def main(argv: list[str]) -> int:
     args = _parse(argv)
     devices = os.environ["GPUTUI_DEMO_DEVICES"]  # the stand-in /dev
@@ -72,8 +78,7 @@ def main(argv: list[str]) -> int:
         print(_fork_worker(watch), flush=True)
         return 0
 
-    # SIGINT is how a trainer is asked to save a checkpoint and stop: pretend to, then exit cleanly.
-    signal.signal(signal.SIGINT, lambda *_: (time.sleep(0.2), os._exit(0)))
+    signal.signal(signal.SIGINT, _checkpoint_and_exit)
     for _ in range(int(args["workers"])):
         _fork_worker(watch)
     if "defunct" in args and os.fork() == 0:

@@ -100,6 +100,10 @@ def _text(value: Any) -> str:
     return printable((value.decode(errors="replace") if isinstance(value, bytes) else str(value))[:200])
 
 
+def _from_milli(value: float | None) -> float | None:
+    return value / 1000 if value is not None else None
+
+
 def _field_value(fv: Any) -> float | int | None:
     if fv.nvmlReturn != pynvml.NVML_SUCCESS:
         return None
@@ -355,7 +359,7 @@ class NvmlSource:
             raise _Lost
         got = {fv.fieldId: _field_value(fv) for fv in values}
         out = {
-            key: got[fid] / 1000 if got.get(fid) is not None else None  # milli- to W and J
+            key: _from_milli(got.get(fid))  # mW to W, mJ to J
             for key, fid in (("power", _F_POWER), ("power_limit", _F_LIMIT), ("energy", _F_ENERGY))
         }
         tx, rx = got.get(_F_PCIE_TX), got.get(_F_PCIE_RX)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -37,6 +37,10 @@ class HostInfo:
     ppid: int | None
     ns_pid: int | None = None
     idle_s: float | None = None  # seconds it has been at 0 % CPU
+
+
+# What a row says of a process the host cannot see (another PID namespace, or gone): nothing.
+_UNKNOWN_HOST = HostInfo(None, None, None, None, None, None, None, None)
 
 
 def _maybe(fn: Callable[[], T]) -> T | None:
@@ -173,22 +177,20 @@ class ProcessJoiner:
             return infos[pid]
 
         on_nvml = {p.pid for p in procs}
-        rows = [self._row(p, info, holders, on_nvml) for p in procs]
+        rows = [self._row(p.gpu, p.pid, p, info, holders, on_nvml) for p in procs]
         if holders is not None:
             for pid, h in sorted(holders.holders.items()):
                 if pid in on_nvml:
                     continue
-                gpus = sorted({minors[m] for m in h.minors if minors and m in minors}) or [None]
-                rows += [
-                    self._row(GpuProcess(gpu=g, pid=pid, kinds=""), info, holders, on_nvml)  # type: ignore[arg-type]
-                    for g in gpus
-                ]
+                # None: it holds only /dev/nvidiactl or /dev/nvidia-uvm, so its GPU is unknown
+                gpus: Sequence[int | None] = sorted({minors[m] for m in h.minors if minors and m in minors})
+                rows += [self._row(g, pid, None, info, holders, on_nvml) for g in gpus or [None]]
             rows += self._defunct_children(holders, rows, info, on_nvml)
-        rows = [r for r in rows if r is not None]
-        hosts = self._relatives(rows) if relatives else ()
+        present = [r for r in rows if r is not None]
+        hosts = self._relatives(present) if relatives else ()
         for pid in set(self._known) - set(infos) - {h.pid for h in hosts}:  # forget the departed
             del self._known[pid]
-        return tuple(rows), hosts
+        return tuple(present), hosts
 
     def _defunct_children(
         self,
@@ -203,38 +205,36 @@ class ProcessJoiner:
         for pid in sorted(holders.zombies):
             host = info(pid)
             if host is not None and host.ppid in gpu_of:
-                out.append(
-                    self._row(
-                        GpuProcess(gpu=gpu_of[host.ppid], pid=pid, kinds=""),  # type: ignore[arg-type]
-                        info,
-                        holders,
-                        on_nvml,
-                    )
-                )
+                out.append(self._row(gpu_of[host.ppid], pid, None, info, holders, on_nvml))
         return out
 
     def _row(
         self,
-        gp: GpuProcess,
+        gpu: int | None,
+        pid: int,
+        listed: GpuProcess | None,
         info: Callable[[int], HostInfo | None],
         holders: HolderScan | None,
         on_nvml: set[int],
     ) -> ProcessRow | None:
-        host = info(gp.pid)
-        if host is None and not gp.kinds:
+        """`listed`: NVML's entry for it; None for a device holder (or zombie) NVML does not list,
+        whose `gpu` is None when it holds only /dev/nvidiactl or /dev/nvidia-uvm."""
+        host = info(pid)
+        kinds = listed.kinds if listed is not None else ""
+        if host is None and not kinds:
             return None  # a holder (or zombie) that ended since the scan
         if holders is None:
             devices: tuple[str, ...] | None = None
-        elif gp.pid in holders.holders:
-            devices = holders.holders[gp.pid].devices
+        elif pid in holders.holders:
+            devices = holders.holders[pid].devices
         else:
-            devices = None if gp.pid in holders.unreadable else ()
+            devices = None if pid in holders.unreadable else ()
         parent = info(host.ppid) if host is not None and host.ppid and devices else None
         category, reason = classify(
             Facts(
                 visible=host is not None,
                 state=host.state if host else None,
-                on_nvml=bool(gp.kinds),
+                on_nvml=bool(kinds),
                 devices=devices if holders is not None else (),
                 ppid=host.ppid if host else None,
                 parent_name=(parent.name or "?") if parent else None,  # "?": alive, its name unreadable
@@ -243,32 +243,28 @@ class ProcessJoiner:
                 hidden_by=self.hidden_by,
             )
         )
-        base = dict(
-            gpu=gp.gpu,
-            pid=gp.pid,
-            kinds=gp.kinds,
-            used_memory=gp.used_memory,
-            sm_util=gp.sm_util,
-            mem_util=gp.mem_util,
+        known = host if host is not None else _UNKNOWN_HOST
+        return ProcessRow(
+            gpu=gpu,
+            pid=pid,
+            kinds=kinds,
+            used_memory=listed.used_memory if listed is not None else None,
+            sm_util=listed.sm_util if listed is not None else None,
+            mem_util=listed.mem_util if listed is not None else None,
+            visible=host is not None,
+            user=known.user,
+            name=known.name,
+            command=known.command,
+            cpu_percent=known.cpu_percent,
+            rss=known.rss,
+            create_time=known.create_time,
+            state=known.state,
+            ppid=known.ppid,
+            ns_pid=known.ns_pid,
             devices=devices,
             category=category,
             reason=reason,
         )
-        if host is None:
-            return ProcessRow(visible=False, **base)  # type: ignore[arg-type]
-        return ProcessRow(
-            visible=True,
-            user=host.user,
-            name=host.name,
-            command=host.command,
-            cpu_percent=host.cpu_percent,
-            rss=host.rss,
-            create_time=host.create_time,
-            state=host.state,
-            ppid=host.ppid,
-            ns_pid=host.ns_pid,
-            **base,
-        )  # type: ignore[arg-type]
 
     def _relatives(self, rows: list[ProcessRow]) -> tuple[HostProcess, ...]:
         on_gpu = {r.pid for r in rows if r.visible}

@@ -116,7 +116,7 @@ def children_of(target: Target) -> list[Target]:
 
 def send(targets: Iterable[Target], sig_name: str, include_children: bool = False) -> list[Outcome]:
     sig = SIGNALS[sig_name]
-    outcomes = []
+    outcomes: list[Outcome] = []
     for target in targets:
         # The target itself is vetted first: the children of a refused target are never touched.
         vetted = refusal(target) is None and not isinstance(_matches(target), str)

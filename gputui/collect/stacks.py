@@ -33,10 +33,11 @@ def py_spy_dump(pid: int, timeout: float = 10.0) -> str:
         return f"py-spy could not run: {err}"
     if done.returncode == 0 and done.stdout.strip():
         return done.stdout.rstrip()
-    err = (done.stderr or done.stdout).strip()
-    if "ermission" in err or "ptrace" in err.lower():
+    complaint = (done.stderr or done.stdout).strip()
+    if "ermission" in complaint or "ptrace" in complaint.lower():
         return (
             "py-spy was not permitted to read it: run gputui as root, or allow ptrace "
             "(sysctl kernel.yama.ptrace_scope=0)"
         )
-    return "py-spy failed: " + (err.splitlines()[-1] if err else f"exit status {done.returncode}")
+    last_line = complaint.splitlines()[-1] if complaint else f"exit status {done.returncode}"
+    return "py-spy failed: " + last_line

@@ -116,7 +116,7 @@ class Exporter:
 def serve(exporter: Exporter, port: int, bind: str) -> tuple[MetricsServer, int]:
     """Start the HTTP server on its own threads; returns it and the port it listens on."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(exporter)  # type: ignore[arg-type]  # a duck-typed collector
+    registry.register(exporter)  # Collector is a Protocol: collect() is all it asks for
     ProcessCollector(registry=registry)  # the exporter's own CPU and memory
     server = MetricsServer(registry, port, bind)
     return server, server.port
@@ -178,7 +178,7 @@ class MetricsServer:
                     with contextlib.suppress(OSError):
                         self._wake_r.recv(64)
                 elif key.fileobj in self._waiting:  # not closed earlier in this same round
-                    self._read(key.fileobj, key.data)  # type: ignore[arg-type]
+                    self._read(key.fileobj, key.data)
             self._expire(time.monotonic())
 
     def _until_next_deadline(self) -> float | None:

@@ -29,13 +29,13 @@ from gputui.collect.replay import ReplaySampler
 from gputui.collect.sampler import Sampler
 from gputui.collect.signals import Target
 from gputui.collect.source import SourceUnavailable
-from gputui.model import ProcessRow, Snapshot
+from gputui.model import HostProcess, ProcessRow, Snapshot
 from gputui.ui import hangup, partial_updates
 from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
 from gputui.ui.key_bar import KeyBar
 from gputui.ui.palette import Palette
-from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, TableRow, View, build_rows
+from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, View, build_rows
 from gputui.ui.process_table import ProcessTable
 from gputui.ui.status import StatusLine
 from gputui.units import printable
@@ -121,7 +121,7 @@ class GpuTuiApp(App[int]):
         Binding("space", "tag", "Tag", show=False),
         Binding("K", "escalate", "SIGKILL", show=False),
     ]
-    HELP = [
+    KEYS_HELP = [
         ("s / S", "sort by the next column / reverse the order (or click a column header)"),
         ("/", "filter by pid, user or command substring (Enter keeps it, Esc clears it)"),
         ("t", "tree view: GPU processes with their parents and children"),
@@ -338,8 +338,8 @@ class GpuTuiApp(App[int]):
         if self.snapshot is not None:
             table.apply(build_rows(self.snapshot, self.view, self._row_styles))
 
-    def _set_view(self, **changes: object) -> None:
-        self.view = replace(self.view, **changes)  # type: ignore[arg-type]
+    def _set_view(self, view: View) -> None:
+        self.view = view
         self._refresh_table()
 
     def _stop_sampling(self) -> None:
@@ -365,24 +365,24 @@ class GpuTuiApp(App[int]):
     def action_help(self) -> None:
         from gputui.ui.screens import HelpScreen
 
-        self.push_screen(HelpScreen(self.HELP))
+        self.push_screen(HelpScreen(self.KEYS_HELP))
 
     def action_sort_next(self) -> None:
         current = SORT_CYCLE.index(self.view.sort) if self.view.sort in SORT_CYCLE else -1
-        self._set_view(sort=SORT_CYCLE[(current + 1) % len(SORT_CYCLE)], reverse=False)
+        self._set_view(replace(self.view, sort=SORT_CYCLE[(current + 1) % len(SORT_CYCLE)], reverse=False))
         self.notify(f"sorted by {BY_KEY[self.view.sort].label}", timeout=1.5, markup=False)
 
     def action_sort_reverse(self) -> None:
-        self._set_view(reverse=not self.view.reverse)
+        self._set_view(replace(self.view, reverse=not self.view.reverse))
 
     @on(ProcessTable.HeaderClicked)
     def _header_clicked(self, event: ProcessTable.HeaderClicked) -> None:
         key = event.column
         if key in COLUMN_KEYS:
             if key == self.view.sort:
-                self._set_view(reverse=not self.view.reverse)
+                self._set_view(replace(self.view, reverse=not self.view.reverse))
             else:
-                self._set_view(sort=key, reverse=False)
+                self._set_view(replace(self.view, sort=key, reverse=False))
 
     def action_filter(self) -> None:
         """Textual routes each key to a widget when it arrives: the letters of `/pwned` read at once
@@ -396,7 +396,7 @@ class GpuTuiApp(App[int]):
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        self._set_view(filter=event.value.strip())
+        self._set_view(replace(self.view, filter=event.value.strip()))
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self, event: Input.Submitted) -> None:
@@ -407,7 +407,7 @@ class GpuTuiApp(App[int]):
     def action_tree(self) -> None:
         tree = not self.view.tree
         self.sampler.want_relatives = tree
-        self._set_view(tree=tree)
+        self._set_view(replace(self.view, tree=tree))
         self._wake.set()  # sample now: the tree needs the relatives
 
     def action_choose_gpu(self) -> None:
@@ -422,12 +422,12 @@ class GpuTuiApp(App[int]):
         panes = self.panes
         panes.selected_gpu = gpu
         panes.redraw()
-        self._set_view(gpu=gpu)
+        self._set_view(replace(self.view, gpu=gpu))
 
     def action_detail(self) -> None:
         row = self.table.current
         if row is not None and row.process is not None:
-            self._open_detail(row)
+            self._open_detail(row.process)
 
     @on(ProcessTable.RowChosen)
     def _row_chosen(self, event: ProcessTable.RowChosen) -> None:
@@ -436,16 +436,16 @@ class GpuTuiApp(App[int]):
         if self.snapshot is not None and event.row.pid in self.snapshot.agents:
             self.action_allocator()  # a process with an agent: its allocator is the interesting part
         else:
-            self._open_detail(event.row)
+            self._open_detail(event.row.process)
 
-    def _open_detail(self, row: TableRow) -> None:
+    def _open_detail(self, process: ProcessRow | HostProcess) -> None:
         from gputui.ui.screens import DetailScreen
 
         # A replay's pids are the recorded machine's: what has that pid here now is another process.
         recorded_at = self.snapshot.time if self.replay and self.snapshot is not None else None
         self.push_screen(
             DetailScreen(
-                row, self.devices_dir, recorded_at=recorded_at, stacks=not (self.readonly or self.replay)
+                process, self.devices_dir, recorded_at=recorded_at, stacks=not (self.readonly or self.replay)
             )
         )
 
@@ -557,7 +557,7 @@ class GpuTuiApp(App[int]):
         self.status.say(message, severity)
 
     def action_zombies(self) -> None:
-        self._set_view(zombies=not self.view.zombies)
+        self._set_view(replace(self.view, zombies=not self.view.zombies))
         self.say("zombies: the suspicious processes and why (z again: all)" if self.view.zombies else "")
 
     def action_tag(self) -> None:

@@ -63,19 +63,21 @@ class CursorTable(CellCanvas, can_focus=True):
         self.redraw()
 
     @property
-    def _visible_rows(self) -> int:
+    def _rows_that_fit(self) -> int:
         return max(1, self.size.height - 1)
 
     def _clamp(self) -> None:
         self.cursor = max(0, min(self.cursor, len(self.rows) - 1))
         if self.cursor < self.top:
             self.top = self.cursor
-        elif self.cursor >= self.top + self._visible_rows:
-            self.top = self.cursor - self._visible_rows + 1
-        self.top = max(0, min(self.top, max(0, len(self.rows) - self._visible_rows)))
+        elif self.cursor >= self.top + self._rows_that_fit:
+            self.top = self.cursor - self._rows_that_fit + 1
+        self.top = max(0, min(self.top, max(0, len(self.rows) - self._rows_that_fit)))
 
-    def visible(self) -> range:
-        return range(self.top, min(len(self.rows), self.top + self._visible_rows))
+    def visible_rows(self) -> range:
+        """The indices of the rows drawn now. (Not `visible`: that is Textual's visibility property,
+        read by its layout, focus chain and hit-testing.)"""
+        return range(self.top, min(len(self.rows), self.top + self._rows_that_fit))
 
     def on_resize(self) -> None:
         self._clamp()
@@ -93,7 +95,7 @@ class CursorTable(CellCanvas, can_focus=True):
         self.redraw()
 
     def action_page(self, direction: int) -> None:
-        self.action_move(direction * self._visible_rows)
+        self.action_move(direction * self._rows_that_fit)
 
     def action_choose(self) -> None:
         row = self.current

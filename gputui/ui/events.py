@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -67,15 +67,16 @@ class EventsScreen(Modal[None]):
 
     def dips_table(self) -> Table:
         table = Table(box=None, padding=(0, 2), header_style="bold")
-        for name, justify in (
+        columns: tuple[tuple[str, JustifyMethod], ...] = (
             ("time", "left"),
             ("GPU", "right"),
             ("duration", "right"),
             ("depth", "right"),
             ("kind", "left"),
             ("why", "left"),
-        ):
-            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        )
+        for name, justify in columns:
+            table.add_column(name, justify=justify)
         everything = [*self.dips.ongoing(self.snapshot.time), *reversed(self.dips.dips)]
         for d in everything[:SHOWN]:
             kind = d.kind + (" (now)" if d.ongoing else "")

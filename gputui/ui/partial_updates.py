@@ -41,5 +41,6 @@ def install() -> bool:
     init_names = ChopsUpdate.__init__.__code__.co_varnames
     if not all(name in init_names for name in needed):
         return False
+    # The patch itself: mypy forbids assigning to a method, which is what patching one is.
     ChopsUpdate.render_segments = _render_segments  # type: ignore[method-assign]
     return True

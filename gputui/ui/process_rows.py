@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rich.console import JustifyMethod
 from rich.style import Style
 from rich.text import Text
 
@@ -22,7 +23,7 @@ class Column:
     width: int
     sort: Callable[[ProcessRow | HostProcess], Any]
     descending: bool = False  # the natural direction: biggest first for sizes and loads
-    justify: str = "right"
+    justify: JustifyMethod = "right"
 
 
 def _gpu_attr(name: str) -> Callable[[ProcessRow | HostProcess], Any]:
@@ -110,7 +111,7 @@ def _ordered(procs: list[Any], view: View) -> list[Any]:
 
 
 def build_rows(snap: Snapshot, view: View, styles: dict[str, Style] | None = None) -> list[TableRow]:
-    styles = {**(styles or {}), "agents": frozenset(snap.agents)}  # type: ignore[dict-item]
+    styles = styles or {}
     procs = [
         p
         for p in snap.processes
@@ -121,7 +122,9 @@ def build_rows(snap: Snapshot, view: View, styles: dict[str, Style] | None = Non
     if view.tree:
         rows = _tree_rows(procs, snap, view, styles)
     else:
-        rows = [_row(p, snap.time, "", styles, view.zombies) for p in _ordered(procs, view)]
+        rows = [
+            _row(p, snap.time, "", styles, p.pid in snap.agents, view.zombies) for p in _ordered(procs, view)
+        ]
     if not view.filter:
         rows += _unaccounted_rows(snap, view, styles)
     _ROWS.turn()
@@ -172,7 +175,7 @@ def _tree_rows(
             return
         seen.add(key)
         branch = "" if depth == 0 else ("└─ " if last else "├─ ")
-        rows.append(_row(n, snap.time, prefix + branch, styles))
+        rows.append(_row(n, snap.time, prefix + branch, styles, n.pid in snap.agents))
         children = _ordered(kids.get(n.pid, []), view)
         child_prefix = prefix + ("" if depth == 0 else ("   " if last else "│  "))
         for i, child in enumerate(children):
@@ -231,20 +234,27 @@ def _row(
     now: float,
     tree_prefix: str,
     styles: dict[str, Style],
+    has_agent: bool,
     with_reason: bool = False,
 ) -> TableRow:
-    """A table row, from the cache when nothing it shows has changed."""
+    """A table row, from the cache when nothing it shows has changed. `has_agent`: the process runs
+    the gputui agent."""
     run = fmt_duration(now - p.create_time) if p.create_time else None
-    key = (p, run, tree_prefix, with_reason, tuple(styles.items()))
-    return _ROWS.get(key, lambda: _make_row(p, now, tree_prefix, styles, with_reason))
+    key = (p, run, tree_prefix, has_agent, with_reason, tuple(styles.items()))
+    return _ROWS.get(key, lambda: _make_row(p, now, tree_prefix, styles, has_agent, with_reason))
 
 
 def _make_row(
-    p: ProcessRow | HostProcess, now: float, tree_prefix: str, styles: dict[str, Style], with_reason: bool
+    p: ProcessRow | HostProcess,
+    now: float,
+    tree_prefix: str,
+    styles: dict[str, Style],
+    has_agent: bool,
+    with_reason: bool,
 ) -> TableRow:
     on_gpu = isinstance(p, ProcessRow)
     dim = styles.get("dim", Style(dim=True))
-    invisible = on_gpu and not p.visible
+    invisible = isinstance(p, ProcessRow) and not p.visible
     state_style = styles.get(_BAD_STATES.get(p.state or "", ""), PLAIN)
 
     def cell(text: str, column: str, style: Style | str = "") -> Text:
@@ -253,12 +263,11 @@ def _make_row(
             text,
             style=dim if invisible else style,
             justify=justify,
-            no_wrap=True,  # type: ignore[arg-type]
+            no_wrap=True,
             overflow="ellipsis",
         )
 
-    if on_gpu:
-        assert isinstance(p, ProcessRow)
+    if isinstance(p, ProcessRow):
         command = p.command if p.visible else "(not visible here: another PID namespace, or gone)"
         if p.kinds:  # in NVML's lists
             nvml = (
@@ -286,7 +295,7 @@ def _make_row(
     cells = (
         # ◆: the process runs the gputui agent (`a` opens its allocator panel).
         gpu_cells[0],
-        cell(("◆" if p.pid in styles.get("agents", ()) else "") + str(p.pid), "pid"),  # type: ignore[operator]
+        cell(("◆" if has_agent else "") + str(p.pid), "pid"),
         cell(user, "user"),
         *gpu_cells[1:],
         cell(f"{p.cpu_percent:.1f}" if p.cpu_percent is not None else NA, "cpu"),

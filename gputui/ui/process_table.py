@@ -90,7 +90,7 @@ class ProcessTable(CursorTable):
             return [*lines, Line().add(f" {self.empty_note}", Style(dim=True))]
         focused = self.has_focus
         built: dict[int, tuple[TableRow, tuple[object, ...], Line]] = {}
-        for i in self.visible():
+        for i in self.visible_rows():
             row = self.rows[i]
             how = (
                 layout,

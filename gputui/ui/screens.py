@@ -19,8 +19,7 @@ from textual.widgets.option_list import Option
 
 from gputui.collect.procs import describe
 from gputui.collect.stacks import is_python, py_spy_dump
-from gputui.model import GpuSample, ProcessDetail
-from gputui.ui.process_rows import TableRow
+from gputui.model import GpuSample, HostProcess, ProcessDetail, ProcessRow
 from gputui.units import NA, fmt_bytes, printable
 
 MODAL_CSS = """
@@ -84,10 +83,14 @@ class DetailScreen(Modal[None]):
     BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
 
     def __init__(
-        self, row: TableRow, devices_dir: Path, recorded_at: float | None = None, stacks: bool = True
+        self,
+        process: ProcessRow | HostProcess,
+        devices_dir: Path,
+        recorded_at: float | None = None,
+        stacks: bool = True,
     ) -> None:
         super().__init__()
-        self.row = row
+        self.process = process
         self.devices_dir = devices_dir
         self.recorded_at = recorded_at
         self.stacks = stacks
@@ -96,9 +99,9 @@ class DetailScreen(Modal[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(Text(f"process {self.row.pid}", style="bold"), markup=False)
+            yield Static(Text(f"process {self.process.pid}", style="bold"), markup=False)
             if self.recorded_at is not None:
-                yield Static(render_recorded(self.row, self.recorded_at), id="detail-body", markup=False)
+                yield Static(render_recorded(self.process, self.recorded_at), id="detail-body", markup=False)
             else:
                 yield Static(Text("reading /proc …", style="dim"), id="detail-body", markup=False)
             yield Static("", id="detail-stack", markup=False)
@@ -111,10 +114,10 @@ class DetailScreen(Modal[None]):
     @work(thread=True, exclusive=True, exit_on_error=False)
     def _load(self) -> None:
         try:
-            detail = describe(self.row.pid, self.row.create_time, self.devices_dir)
+            detail = describe(self.process.pid, self.process.create_time, self.devices_dir)
         except Exception as err:  # whatever /proc says, the detail is a message, never a crash
             detail = ProcessDetail(
-                pid=self.row.pid,
+                pid=self.process.pid,
                 command=None,
                 cwd=None,
                 cuda_visible_devices=None,
@@ -124,17 +127,17 @@ class DetailScreen(Modal[None]):
                 error=f"cannot read it: {type(err).__name__}: {err}",
             )
         self.app.call_from_thread(self._show, detail)
-        p = self.row.process
-        if detail.error is None and p is not None and is_python(p.name, detail.command or p.command):
+        p = self.process
+        if detail.error is None and is_python(p.name, detail.command or p.command):
             if not self.stacks:
                 self.app.call_from_thread(self._show_stack, PY_SPY_READ_ONLY)
                 return
             self.app.call_from_thread(self._show_stack, "reading the Python stacks with py-spy …")
-            self.app.call_from_thread(self._show_stack, py_spy_dump(self.row.pid))
+            self.app.call_from_thread(self._show_stack, py_spy_dump(p.pid))
 
     def _show(self, detail: ProcessDetail) -> None:
         self.detail = detail
-        self.query_one("#detail-body", Static).update(render_detail(self.row, detail))
+        self.query_one("#detail-body", Static).update(render_detail(self.process, detail))
 
     def _show_stack(self, text: str) -> None:
         self.stack = text
@@ -176,8 +179,7 @@ def _gpu_line(p: object) -> str | None:
     return f"{gpu}  ({getattr(p, 'kinds', '')})  memory {fmt_bytes(getattr(p, 'used_memory', None))}"
 
 
-def render_detail(row: TableRow, d: ProcessDetail) -> Table:
-    p = row.process
+def render_detail(p: ProcessRow | HostProcess, d: ProcessDetail) -> Table:
     grid = _Grid()
     add = grid.add
     if d.error:
@@ -203,15 +205,14 @@ def render_detail(row: TableRow, d: ProcessDetail) -> Table:
     return grid.table
 
 
-def render_recorded(row: TableRow, recorded_at: float) -> Table:
+def render_recorded(p: ProcessRow | HostProcess, recorded_at: float) -> Table:
     """A replay's row: only what the recording holds."""
-    p = row.process
     grid = _Grid()
     add = grid.add
     add(
         "recording",
         f"as recorded at {_when(recorded_at) or NA}: this machine is not read for it "
-        f"(pid {row.pid} here may be another process now)",
+        f"(pid {p.pid} here may be another process now)",
         "yellow",
     )
     add("command", p.command or p.name)

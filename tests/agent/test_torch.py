@@ -338,6 +338,22 @@ def test_other_calls_that_raise(monkeypatch: pytest.MonkeyPatch, broken: str) ->
         assert out["allocator_backend"] is None and len(out["devices"]) == 1
 
 
+@pytest.mark.parametrize(
+    "missing", ["is_initialized", "device_count", "get_allocator_backend", "memory_stats"]
+)
+def test_calls_an_older_torch_lacks(monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
+    """torch < 2.0 has no get_allocator_backend: a missing call is a None, never an AttributeError."""
+    module = FakeTorch().module()
+    delattr(module.cuda, missing)
+    monkeypatch.setitem(sys.modules, "torch", module)
+    out = TorchStats().collect()
+    assert out["torch"] == "9.9.9+fake"
+    if missing == "get_allocator_backend":
+        assert out["allocator_backend"] is None and len(out["devices"]) == 1
+    else:
+        assert out["devices"] == []
+
+
 def test_torch_without_cuda_attribute(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__version__="1.0"))
     out = TorchStats().collect()

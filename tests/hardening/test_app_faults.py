@@ -510,10 +510,11 @@ async def test_vanished_and_unreadable_processes_draw_na_and_their_detail_opens(
         await pilot.pause()
         assert {VANISHED.pid, DENIED.pid} <= set(shown_pids(app))  # both are suspicious
         await pilot.press("z")
-        app._set_view(tree=True)  # (not `t`: that wakes the sampler, whose snapshot would replace ours)
+        # (not `t`: that wakes the sampler, whose snapshot would replace ours)
+        app._set_view(replace(app.view, tree=True))
         await pilot.pause()
         assert {VANISHED.pid, DENIED.pid} <= set(shown_pids(app))
-        app._set_view(tree=False)
+        app._set_view(replace(app.view, tree=False))
         await pilot.press("slash", *str(NO_SUCH_PID)[:-1], "enter")
         await pilot.pause()
         assert sorted(shown_pids(app)) == [VANISHED.pid, DENIED.pid]
@@ -934,7 +935,8 @@ async def test_50_holders_with_5000_host_processes_in_the_tree() -> None:
         start = time.monotonic()
         await post(pilot, app, snap)
         assert len(shown_pids(app)) == app.table.size.height - 1 and len(app.table.rows) == 50
-        app._set_view(tree=True)  # (not `t`: that wakes the sampler, whose snapshot would replace ours)
+        # (not `t`: that wakes the sampler, whose snapshot would replace ours)
+        app._set_view(replace(app.view, tree=True))
         await pilot.pause()
         assert len(app.table.rows) == 1 + 50 + 5000  # the launcher, its 50 children, their 5,000
         await post(pilot, app, replace(snap, time=snap.time + 1))

@@ -340,7 +340,7 @@ async def test_enter_opens_the_detail_of_the_highlighted_pid() -> None:
         await first_frame(pilot, app)
         pid = world.trainer_pid(2)
         screen = await _open_detail_with_enter(pilot, app, pid)
-        assert screen.row.pid == pid
+        assert screen.process.pid == pid
         text = screen_text(app)
         assert f"process {pid}" in text
         assert screen.detail is not None and screen.detail.error in GONE
@@ -359,7 +359,7 @@ async def test_double_click_on_a_row_opens_its_detail() -> None:
         await pilot.double_click(ProcessTable, offset=(20, 1 + index))
         await until(pilot, lambda: isinstance(app.screen, DetailScreen))
         screen = app.screen
-        assert isinstance(screen, DetailScreen) and screen.row.pid == world.trainer_pid(3)
+        assert isinstance(screen, DetailScreen) and screen.process.pid == world.trainer_pid(3)
         await until(pilot, lambda: screen.detail is not None)
         await pilot.pause()
         assert any(message in screen_text(app) for message in GONE)
@@ -421,7 +421,7 @@ async def test_question_mark_opens_help() -> None:
         assert isinstance(app.screen, HelpScreen)
         await pilot.pause()
         text = screen_text(app)
-        for key, description in app.HELP:
+        for key, description in app.KEYS_HELP:
             assert key in text
             assert description[:30] in text, description
         await press(pilot, "escape")
@@ -537,7 +537,7 @@ async def test_markup_and_control_characters_render_literally_in_the_detail() ->
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
         screen = await _open_detail_with_enter(pilot, app, world.WEIRD_PID)
-        assert screen.row.pid == world.WEIRD_PID
+        assert screen.process.pid == world.WEIRD_PID
         text = screen_text(app)
         assert f"process {world.WEIRD_PID}" in text
         assert "python eval.py --tag [/] [bold]not bold[/bold] ?[31mred? [link=x]y" in text

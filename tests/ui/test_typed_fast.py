@@ -106,7 +106,7 @@ async def test_the_main_screen_is_never_popped() -> None:
         await pilot.press("enter")
         await pilot.pause()
         detail = app.screen
-        assert isinstance(detail, DetailScreen) and detail.row.pid == world.trainer_pid(0)
+        assert isinstance(detail, DetailScreen) and detail.process.pid == world.trainer_pid(0)
         detail.dismiss()
         detail.dismiss()
         app.pop_screen()
