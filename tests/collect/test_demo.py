@@ -28,6 +28,7 @@ from tests.processes import describe as _describe
 from tests.processes import gone as _gone
 from tests.processes import not_running as _not_running
 from tests.processes import wait_until as _wait_until
+from tests.ui.pty_run import PtyRun
 
 GIB = 1 << 30
 
@@ -166,6 +167,8 @@ def cleanup() -> Iterator[list[object]]:
             if thing.poll() is None:
                 thing.kill()
             thing.wait(timeout=10)
+        elif isinstance(thing, PtyRun):
+            thing.close()
 
 
 # -- the processes -----------------------------------------------------------------------------------
@@ -284,6 +287,15 @@ def test_gpu_count_out_of_range(gpus: int) -> None:
 # -- nothing outlives gputui -------------------------------------------------------------------------
 
 
+def _demo_on_a_terminal(cleanup: list[object]) -> PtyRun:
+    """`gputui --demo` on a terminal of its own (it refuses to start the full-screen view without one)."""
+    terminal = PtyRun(
+        [sys.executable, "-m", "gputui", "--demo", "--demo-gpus", "2", "--interval", "0.2"], ctty=False
+    )
+    cleanup += [terminal.proc, terminal]
+    return terminal
+
+
 @pytest.mark.parametrize(
     ("signum", "returncodes"),
     [
@@ -295,13 +307,9 @@ def test_gpu_count_out_of_range(gpus: int) -> None:
     ids=["SIGTERM", "SIGHUP", "SIGINT", "SIGKILL"],
 )
 def test_gputui_demo_leaves_nothing_behind(signum: int, returncodes: set[int], cleanup: list[object]) -> None:
-    # The live view (a plain refreshing table, or the full-screen UI) with its output thrown away.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gputui", "--demo", "--demo-gpus", "2", "--interval", "0.2"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    terminal = _demo_on_a_terminal(cleanup)
+    proc = terminal.proc
+    assert proc is not None
     tree = DemoTree()
     cleanup += [proc, tree]  # in this order: gputui first, then whatever it left
     _wait_for_tree(tree, psutil.Process(proc.pid), gpus=2)
@@ -311,9 +319,10 @@ def test_gputui_demo_leaves_nothing_behind(signum: int, returncodes: set[int], c
     time.sleep(0.3)  # let it draw at least once
 
     proc.send_signal(signum)
-    _, stderr = proc.communicate(timeout=10)
-    assert proc.returncode in returncodes, stderr.decode(errors="replace")[-3000:]
-    assert b"Traceback" not in stderr, stderr.decode()
+    proc.wait(timeout=10)
+    said = terminal.all_output().decode(errors="replace")
+    assert proc.returncode in returncodes, said[-3000:]
+    assert "Traceback" not in said, said
     # SIGKILL: no cleanup code ran; the children saw end-of-file on gputui's pipe, and trainer 0 (the
     # janitor) removed the directory.
     _assert_all_gone(procs)
@@ -324,22 +333,19 @@ def test_gputui_demo_leaves_nothing_behind(signum: int, returncodes: set[int], c
 def test_a_sigterm_while_gputui_starts_is_a_clean_exit(delay: float, cleanup: list[object]) -> None:
     """Wherever start-up is when the signal comes (imports, the demo's children starting, Textual
     starting, the first frame), gputui ends without a traceback and leaves no child behind."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gputui", "--demo", "--demo-gpus", "2", "--interval", "0.2"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    cleanup.append(proc)
+    terminal = _demo_on_a_terminal(cleanup)
+    proc = terminal.proc
+    assert proc is not None
     time.sleep(delay)
     children: list[psutil.Process] = []
     with contextlib.suppress(psutil.NoSuchProcess):
         children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=10)
+    proc.wait(timeout=10)
+    said = terminal.all_output().decode(errors="replace")
     # Killed outright only before Python has run a line of gputui (nothing was started yet).
-    assert proc.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), stderr.decode(errors="replace")
-    assert b"Traceback" not in stderr, stderr.decode(errors="replace")[-3000:]
+    assert proc.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), said[-3000:]
+    assert "Traceback" not in said, said[-3000:]
     _assert_all_gone(children)
 
 
