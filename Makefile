@@ -3,19 +3,49 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-TORCH_VERSION ?= 2.13.0
+# The agent's tests and `make bench` use a CPU-only torch; the monitor itself never imports it.
+TORCH_VERSION   ?= 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_STAMP     := $(VENV)/.torch-$(TORCH_VERSION)
+# `make test-min`: every runtime dependency at exactly its declared floor (tests/minimum_versions.py).
+MIN_VENV   := .venv-min
+MIN_BIN    := $(MIN_VENV)/bin
+MIN_STAMP  := $(MIN_VENV)/.installed
+MIN_EXTRAS := prometheus
+MIN_TESTS  := tests/collect tests/export tests/ui tests/test_cli.py tests/test_cli_help.py
+LINTED     := gputui tests bench screenshots
+# Narrower runs: make test PYTEST_ARGS='tests/export -x' (test-min runs MIN_TESTS without it)
+PYTEST_ARGS ?=
 
-.PHONY: setup demo run test lint bench soak screenshots clean
+.PHONY: setup torch demo run test test-min lint bench soak screenshots clean
 
+# A venv's own .gitignore keeps it out of `git status` (Python 3.13's venv writes one itself).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	echo '*' > $(VENV)/.gitignore
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	# CPU torch for the agent's tests (on these machines this exact version is a local CPU build).
-	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION) || echo "torch not installed: its tests will skip"
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# A CPU-only torch, never a multi-GB CUDA build: the CPU wheel index first; else only a build this
+# machine serves itself (pip's configured find-links, --no-index: nothing is downloaded), its small
+# pure-Python dependencies from the index; else one line, and the torch tests skip. pip's complaints go
+# to TORCH_LOG. No stamp when it failed: the next `make test` tries again.
+TORCH_LOG := $(VENV)/torch-install.log
+$(TORCH_STAMP): $(STAMP)
+	@if $(BIN)/python -m pip install -q --retries 0 --index-url $(TORCH_CPU_INDEX) torch==$(TORCH_VERSION) \
+		2>$(TORCH_LOG); then \
+		touch $@; \
+	elif $(BIN)/python -m pip install -q --no-index --no-deps torch==$(TORCH_VERSION) 2>>$(TORCH_LOG) \
+		&& $(BIN)/python -m pip install -q torch==$(TORCH_VERSION) 2>>$(TORCH_LOG); then \
+		touch $@; \
+	else \
+		echo "torch $(TORCH_VERSION) (CPU) could not be installed (see $(TORCH_LOG)): the torch tests will skip"; \
+	fi
+
+torch: $(TORCH_STAMP)
 
 demo: setup
 	$(BIN)/gputui --demo
@@ -23,13 +53,32 @@ demo: setup
 run: setup
 	$(BIN)/gputui
 
-test: setup
-	$(BIN)/python -m pytest
+test: setup torch
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Pins come from the package's own metadata: installed first without dependencies, then every runtime
+# dependency (and MIN_EXTRAS') at its floor, the test tools as declared.
+$(MIN_STAMP): pyproject.toml tests/minimum_versions.py
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	echo '*' > $(MIN_VENV)/.gitignore
+	$(MIN_BIN)/python -m pip install -q --upgrade pip
+	$(MIN_BIN)/python -m pip install -q --no-deps -e .
+	$(MIN_BIN)/python tests/minimum_versions.py --extra $(MIN_EXTRAS) > $(MIN_VENV)/requirements.txt
+	$(MIN_BIN)/python -m pip install -q -r $(MIN_VENV)/requirements.txt
+	$(MIN_BIN)/python -m pip check
+	touch $(MIN_STAMP)
+
+test-min: $(MIN_STAMP)
+	$(MIN_BIN)/python tests/minimum_versions.py --extra $(MIN_EXTRAS) --check
+	$(MIN_BIN)/python -m pytest $(or $(PYTEST_ARGS),$(MIN_TESTS))
 
 lint: setup
-	$(BIN)/ruff check gputui tests bench
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 
-bench: setup
+bench: setup torch
 	$(BIN)/python bench/run.py
 
 SOAK_S ?= 1800
@@ -40,4 +89,4 @@ screenshots: setup
 	$(BIN)/python screenshots/generate.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(MIN_VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
