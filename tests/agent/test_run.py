@@ -63,6 +63,7 @@ TRAIN = textwrap.dedent("""
 
 
 def test_run_starts_an_agent_in_the_job(procs: list[subprocess.Popen[str]]) -> None:
+    pytest.importorskip("torch")  # the job trains with it
     proc = gputui_run("--", sys.executable, "-c", TRAIN, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     procs.append(proc)
     path = protocol.socket_path(proc.pid)  # gputui execs: the job keeps its pid

@@ -40,8 +40,12 @@ def plant(directory: Path) -> Path:
     return marker
 
 
-def torch_version() -> str:
-    return importlib.metadata.version("torch")
+def torch_version() -> str | None:
+    """The torch of this environment, if any (the planted-module tests hold without one too)."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def test_the_probe_never_imports_from_the_current_directory(
@@ -51,8 +55,9 @@ def test_the_probe_never_imports_from_the_current_directory(
     monkeypatch.chdir(tmp_path)
     found = torch_probe.probe(sys.executable)
     assert not marker.exists(), marker.read_text()
-    assert found.error is None, found.error
-    assert found.torch == torch_version()  # the real torch, not ./torch.py
+    if torch_version() is not None:
+        assert found.error is None, found.error
+        assert found.torch == torch_version()  # the real torch, not ./torch.py
 
 
 def test_gputui_doctor_in_a_directory_with_planted_modules(tmp_path: Path) -> None:
@@ -72,7 +77,8 @@ def test_gputui_doctor_in_a_directory_with_planted_modules(tmp_path: Path) -> No
     assert not marker.exists(), marker.read_text()
     assert "Traceback" not in done.stderr, done.stderr
     found = [c["found"] for c in json.loads(done.stdout)["checks"] if c["area"] == "torch"]
-    assert f"torch {torch_version()} in {sys.executable}" in found, found
+    if torch_version() is not None:
+        assert f"torch {torch_version()} in {sys.executable}" in found, found
 
 
 def test_the_probe_still_honours_pythonpath(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
