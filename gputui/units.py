@@ -11,13 +11,20 @@ def printable(s: str) -> str:
     return s if s.isprintable() else "".join(ch if ch.isprintable() else "?" for ch in s)
 
 
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
 def fmt_bytes(n: float | None, digits: int = 1) -> str:
+    """At most three digits before the point: 1000 MiB and up is shown in GiB (`1.0 GiB`, not
+    `1000.0 MiB`), so a value always fits the column its largest reading fits (`999.9 MiB`)."""
     if n is None:
         return NA
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.{digits}f} {unit}"
+    for unit in _UNITS:
+        shown = 0 if unit == "B" else digits
+        # Decide on the rounded value: 999.97 MiB would print as `1000.0 MiB`.
+        if abs(round(value, shown)) < 1000 or unit == _UNITS[-1]:
+            return f"{value:.{shown}f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
 
