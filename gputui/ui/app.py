@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from rich.style import Style
 from textual import on, work
 from textual.actions import SkipAction
-from textual.app import App, ComposeResult, SystemCommand
-from textual.await_complete import AwaitComplete
-from textual.binding import Binding
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding, BindingType
 from textual.events import Key, Resize
 from textual.message import Message
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Input
 from textual.worker import get_current_worker
@@ -30,7 +29,7 @@ from gputui.collect.sampler import Sampler
 from gputui.collect.signals import Target
 from gputui.collect.source import SourceUnavailable
 from gputui.model import HostProcess, ProcessRow, Snapshot
-from gputui.ui import hangup, partial_updates
+from gputui.ui.base_app import BaseApp
 from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.header import HeaderBar
 from gputui.ui.key_bar import KeyBar
@@ -50,7 +49,28 @@ SORT_CYCLE = ("gpu", "gpu_mem", "sm", "cpu", "rss", "time", "pid", "user")
 MIN_TABLE_ROWS = 10
 ESCALATE_AFTER_S = 5.0
 ZOOMS = (300.0, 900.0, 1800.0, 3600.0)
-DEFAULT_THEME = "textual-dark"
+
+
+def next_interval(current: float, step: int) -> float:
+    """The next sampling interval in INTERVALS, faster (step < 0) or slower (step > 0). Never the wrong
+    way: at --interval 0.1 (below every step) faster keeps 0.1, where the nearest step, 0.25, is slower."""
+    if step < 0:
+        faster = [v for v in INTERVALS if v < current]
+        return faster[-1] if faster else current
+    slower = [v for v in INTERVALS if v > current]
+    return slower[0] if slower else current
+
+
+def next_zoom(current: float, step: int) -> float:
+    i = min(range(len(ZOOMS)), key=lambda k: abs(ZOOMS[k] - current))
+    return ZOOMS[max(0, min(len(ZOOMS) - 1, i + step))]
+
+
+@runtime_checkable
+class FollowsSnapshots(Protocol):
+    """A screen that shows live data (the allocator and events screens): each snapshot is handed to it."""
+
+    def follow(self, snap: Snapshot) -> None: ...
 
 
 def history_seconds() -> float:
@@ -76,9 +96,15 @@ class SamplerFailed(Message):
 
 
 class FilterInput(Input):
-    """`/` opens it; typing filters live; Enter keeps the filter, Esc clears it."""
+    """`/` opens it; typing filters live; Enter keeps the filter, Esc clears it.
 
-    DEFAULT_CSS = "FilterInput { dock: bottom; display: none; border: none; height: 1; padding: 0 1; }"
+    One line, no border: Input's own `Input:focus { border: tall ... }` is more specific than a plain
+    `FilterInput` rule, so a focused box of height 1 drew only its top border and never the typed text."""
+
+    DEFAULT_CSS = """
+    FilterInput { dock: bottom; display: none; height: 1; padding: 0 1; }
+    FilterInput, FilterInput:focus, FilterInput.-invalid, FilterInput.-invalid:focus { border: none; }
+    """
 
     def on_key(self, event: Key) -> None:
         if event.key == "escape":
@@ -88,21 +114,21 @@ class FilterInput(Input):
             self.app.set_focus(self.screen.query_one(ProcessTable))
 
 
-class GpuTuiApp(App[int]):
+class GpuTuiApp(BaseApp):
     TITLE = "gputui"
     CSS = """
     Screen { layout: vertical; }
     #panes { margin: 0 0 1 0; }
     """
     ENABLE_COMMAND_PALETTE = True
-    BINDINGS = [
-        Binding("q", "quit", "Quit"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("s", "sort_next", "Sort"),
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *BaseApp.BINDINGS,
+        Binding("s,f6", "sort_next", "Sort", key_display="s"),
         Binding("S", "sort_reverse", "Reverse", show=False),
         # Priority: handled as the key arrives, so that the keys read with it go to the filter box.
-        Binding("slash", "filter", "Filter", key_display="/", priority=True),
-        Binding("t", "tree", "Tree"),
+        Binding("slash,f3,f4", "filter", "Filter", key_display="/", priority=True),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("t,f5", "tree", "Tree", key_display="t"),
         Binding("g", "choose_gpu", "GPU"),
         Binding("p", "pause", "Pause"),
         Binding("plus", "faster", "Faster", key_display="+", show=False),
@@ -121,15 +147,15 @@ class GpuTuiApp(App[int]):
         Binding("space", "tag", "Tag", show=False),
         Binding("K", "escalate", "SIGKILL", show=False),
     ]
-    KEYS_HELP = [
-        ("s / S", "sort by the next column / reverse the order (or click a column header)"),
-        ("/", "filter by pid, user or command substring (Enter keeps it, Esc clears it)"),
-        ("t", "tree view: GPU processes with their parents and children"),
+    KEYS_HELP: ClassVar[list[tuple[str, str]]] = [
+        ("s / S  F6", "sort by the next column / reverse the order (or click a column header)"),
+        ("/  F3  F4", "filter by pid, user or command substring (Enter keeps it, Esc clears it)"),
+        ("t  F5", "tree view: GPU processes with their parents and children"),
         ("g", "choose a GPU: the table shows its processes (g again: all GPUs)"),
         ("Enter", "process detail: command line, cwd, CUDA_VISIBLE_DEVICES, device files, children"),
         ("z", "zombies: only the suspicious processes (defunct, orphaned, unseen by NVML, ...) and why"),
         ("space", "tag / untag the highlighted process (k then signals every tagged one)"),
-        ("k / F9", "send a signal (SIGTERM, SIGINT or SIGKILL) after confirmation"),
+        ("k  F9", "send a signal (SIGTERM, SIGINT or SIGKILL) after confirmation"),
         ("K", "SIGKILL the processes still alive 5 s after a signal"),
         ("a", "PyTorch allocator panel of a process running the gputui agent (◆ next to its pid)"),
         ("e", "events: every utilization dip (when, how long, how deep, why) and per-GPU dip rates"),
@@ -138,10 +164,20 @@ class GpuTuiApp(App[int]):
         (", / .  < / >", "replay only: seek back / forward 10 or 60 samples (p pauses)"),
         ("p", "pause / resume sampling"),
         ("+ / -", "sample faster / slower"),
-        ("?", "this help"),
+        ("Esc", "clear the filter"),
+        ("?  F1", "this help"),
         ("Ctrl+P", "command palette (themes too)"),
-        ("q", "quit"),
+        ("q  F10  Ctrl+C", "quit"),
     ]
+
+    # State with derived state: a watcher keeps what derives from it in step. init=False and
+    # set_reactive() in __init__: no watcher runs before compose() made the widgets (see base_app).
+    interval: reactive[float] = reactive(1.0, init=False)  # -> the sampler's wait, the sparkline bucket
+    window: reactive[float] = reactive(ZOOMS[0], init=False)  # -> the sparkline bucket, the dips kept
+    paused: reactive[bool] = reactive(False, init=False)  # -> the header's badge
+    # -> every widget. always_update: a replay seek shows the same snapshot again, and comparing two
+    # snapshots field by field every tick would cost more than drawing.
+    snapshot: reactive[Snapshot | None] = reactive(None, init=False, always_update=True)
 
     def __init__(
         self,
@@ -152,11 +188,9 @@ class GpuTuiApp(App[int]):
         readonly: bool = False,
         replay: bool = False,
     ) -> None:
-        super().__init__()
-        partial_updates.install()
+        super().__init__(mouse=mouse)
         self.sampler = sampler
-        self.interval = interval
-        self.mouse = mouse
+        self.set_reactive(GpuTuiApp.interval, interval)
         self._devices_dir = devices_dir
         self.history = History(max_age=history_seconds())  # the last hour
         self.agent_history = AgentHistory()
@@ -164,18 +198,13 @@ class GpuTuiApp(App[int]):
         self.replay = replay
         self.notes: list[str] = []  # said on the status line once the first frame is up
         self.view = View()
-        self.paused = False
-        self.snapshot: Snapshot | None = None
         self.frames = 0  # snapshots applied; tests and the bench wait on it
         self.error: str | None = None  # why the app gave up, for the command line to print
         self.readonly = readonly or replay  # a replay signals nothing: its pids are not this machine's
         self.tagged: set[str] = set()  # row keys
         self.escalation: tuple[Target, ...] = ()  # signalled, still alive after 5 s
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._row_styles: dict[str, Style] = {}
         self._failing: tuple[str, int] | None = None  # (the sampler's error, failed ticks in a row)
-        self.theme = DEFAULT_THEME
 
     @property
     def devices_dir(self) -> Path:
@@ -190,7 +219,7 @@ class GpuTuiApp(App[int]):
         self.header = HeaderBar(id="header")
         self.panes = GpuPanes(self.history, id="panes")
         self.table = ProcessTable(id="procs")
-        self.status = StatusLine(id="status")
+        self.status = self.status_line = StatusLine(id="status")
         self.filter_box = FilterInput(placeholder="filter: pid, user or command", id="filter")
         yield self.header
         yield self.panes
@@ -199,36 +228,17 @@ class GpuTuiApp(App[int]):
         yield self.filter_box
         yield KeyBar()
 
-    async def run_async(self, **kwargs: Any) -> int:
-        hangup.guard(self._on_signal, self.sampler.close, terminal=not kwargs.get("headless"))
-        await super().run_async(**kwargs)
-        return self.exit_status
-
-    @property
-    def exit_status(self) -> int:
-        """The process's exit status. After a crash Textual sets return_code 1 and leaves the return
-        value None, which the command line turned into 0: a crash looked like a clean quit."""
-        if self.return_code:
-            return self.return_code
-        return self.return_value or 0
-
     def on_mount(self) -> None:
-        self._apply_palette()
-        self.theme_changed_signal.subscribe(self, lambda _theme: self._apply_palette())
-        self.panes.interval = self.interval
-        self.header.interval = self.interval
+        super().on_mount()  # the palette
+        self._interval_changed(self.interval)
+        self.panes.set_window(self.window)
         self.table.focus()
         self._sample_loop()
 
-    def _on_signal(self, sig: int) -> None:
-        """SIGHUP (the SSH connection dropped), SIGTERM or SIGINT (`kill -INT`; Ctrl-C in the terminal is a
-        key, not a signal, while the app runs): leave now, never spin on a dead terminal."""
-        self._stop_sampling()
-        self.exit(128 + sig)
-        hangup.exit_after(2.0, 128 + sig, self.sampler.close)  # exiting may hang on a dead terminal
+    def close_source(self) -> None:
+        self.sampler.close()
 
-    def _apply_palette(self) -> None:
-        palette = Palette.from_theme(self.current_theme)
+    def apply_palette(self, palette: Palette) -> None:
         for canvas in (self.header, self.panes, self.status):
             canvas.palette = palette
             canvas.redraw()
@@ -245,6 +255,30 @@ class GpuTuiApp(App[int]):
         room = height - 3 - MIN_TABLE_ROWS  # header, footer, table header
         compact = width < 100 or n * FULL_LINES + 1 > room
         self.panes.set_mode(compact)
+
+    # -- watchers: derived state -------------------------------------------------------------------
+
+    def watch_interval(self, interval: float) -> None:
+        self._interval_changed(interval)
+        self._wake.set()  # the sampler waits the new interval from now, not the old one's rest
+
+    def _interval_changed(self, interval: float) -> None:
+        header, panes = self.header, self.panes
+        header.interval = interval
+        header.redraw()
+        panes.interval = interval
+        # The bucket (seconds per sparkline cell) derives from interval, window and width: recompute
+        # it now, not at the next resize. TODO(layout): GpuPanes.set_interval() would say it plainly.
+        panes.set_window(panes.window)
+
+    def watch_window(self, window: float) -> None:
+        self.panes.set_window(window)
+        self.say(f"sparklines: at least the last {int(window // 60)} min")
+
+    def watch_paused(self, paused: bool) -> None:
+        header = self.header
+        header.paused = paused
+        header.redraw()
 
     # -- sampling (a single long-lived thread) -----------------------------------------------------
 
@@ -295,8 +329,11 @@ class GpuTuiApp(App[int]):
         self.dips.add(snap)
 
     def _show(self, snap: Snapshot) -> None:
-        first = self.snapshot is None
-        self.snapshot = snap
+        self.snapshot = snap  # watch_snapshot draws it
+
+    def watch_snapshot(self, old: Snapshot | None, snap: Snapshot | None) -> None:
+        if snap is None:
+            return
         panes = self.panes
         dips: dict[int, list[tuple[float, float]]] = {}
         for d in (*self.dips.dips, *self.dips.ongoing(snap.time)):
@@ -304,7 +341,7 @@ class GpuTuiApp(App[int]):
                 dips.setdefault(d.gpu, []).append((d.start, d.last if d.last is not None else d.end))
         panes.dips = dips
         with self.batch_update():
-            if first:
+            if old is None:
                 self._choose_layout(self.size.width, self.size.height)
                 for note in self.notes:
                     self.say(note, "warning")
@@ -314,9 +351,9 @@ class GpuTuiApp(App[int]):
             header.redraw()
             panes.show(snap)
             self._refresh_table()
-            follow = getattr(self.screen, "follow", None)  # the allocator and events screens
-            if follow is not None:
-                follow(snap)
+            screen = self.screen
+            if isinstance(screen, FollowsSnapshots):  # the allocator and events screens
+                screen.follow(snap)
             status = self.status
             if status.unreadable != snap.unreadable_fds:
                 status.unreadable = snap.unreadable_fds
@@ -343,29 +380,9 @@ class GpuTuiApp(App[int]):
         self._refresh_table()
 
     def _stop_sampling(self) -> None:
-        self._stop.set()
-        self._wake.set()
-
-    def pop_screen(self) -> AwaitComplete:
-        """Never the main screen: a modal screen closed twice (screens.Modal closes once; this is for any
-        other) must not end the app with ScreenStackError."""
-        if len(self.screen_stack) <= 1:
-            return AwaitComplete.nothing()
-        return super().pop_screen()
-
-    async def action_quit(self) -> None:
-        self._stop_sampling()
-        self.exit(0)
-
-    def on_unmount(self) -> None:
-        self._stop_sampling()
+        self.stop_background()
 
     # -- actions -----------------------------------------------------------------------------------
-
-    def action_help(self) -> None:
-        from gputui.ui.screens import HelpScreen
-
-        self.push_screen(HelpScreen(self.KEYS_HELP))
 
     def action_sort_next(self) -> None:
         current = SORT_CYCLE.index(self.view.sort) if self.view.sort in SORT_CYCLE else -1
@@ -396,13 +413,26 @@ class GpuTuiApp(App[int]):
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        self._set_view(replace(self.view, filter=event.value.strip()))
+        text = event.value.strip()
+        self._set_view(replace(self.view, filter=text))
+        self.status.show_filter(text)
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self, event: Input.Submitted) -> None:
         box = self.filter_box
         box.display = bool(event.value.strip())
         self.set_focus(self.table)  # at once, as in action_filter
+
+    def action_clear_filter(self) -> None:
+        """Esc on the main screen: an active filter goes (the processes it hid come back)."""
+        if not self.view.filter or len(self.screen_stack) > 1:
+            raise SkipAction
+        box = self.filter_box
+        box.value = ""  # Input.Changed clears the view's filter and the status line's badge
+        box.display = False
+        self._set_view(replace(self.view, filter=""))
+        self.status.show_filter("")
+        self.set_focus(self.table)
 
     def action_tree(self) -> None:
         tree = not self.view.tree
@@ -431,11 +461,8 @@ class GpuTuiApp(App[int]):
 
     @on(ProcessTable.RowChosen)
     def _row_chosen(self, event: ProcessTable.RowChosen) -> None:
-        if event.row.process is None:  # a GPU's "unaccounted memory" row
-            return
-        if self.snapshot is not None and event.row.pid in self.snapshot.agents:
-            self.action_allocator()  # a process with an agent: its allocator is the interesting part
-        else:
+        """Enter: the detail, always (a ◆ row's allocator is `a`)."""
+        if event.row.process is not None:  # None: a GPU's "unaccounted memory" row
             self._open_detail(event.row.process)
 
     def _open_detail(self, process: ProcessRow | HostProcess) -> None:
@@ -484,23 +511,12 @@ class GpuTuiApp(App[int]):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        header = self.header
-        header.paused = self.paused
-        header.redraw()
-
-    def _set_interval(self, step: int) -> None:
-        i = min(range(len(INTERVALS)), key=lambda k: abs(INTERVALS[k] - self.interval))
-        self.interval = INTERVALS[max(0, min(len(INTERVALS) - 1, i + step))]
-        for widget in (self.header, self.panes):
-            widget.interval = self.interval
-        self.header.redraw()
-        self._wake.set()
 
     def action_faster(self) -> None:
-        self._set_interval(-1)
+        self.interval = next_interval(self.interval, -1)
 
     def action_slower(self) -> None:
-        self._set_interval(+1)
+        self.interval = next_interval(self.interval, +1)
 
     # -- dips, zoom, replay ------------------------------------------------------------------------
 
@@ -511,10 +527,7 @@ class GpuTuiApp(App[int]):
             self.push_screen(EventsScreen(self.dips, self.history, self.snapshot, self.panes.window))
 
     def action_zoom(self, step: int) -> None:
-        panes = self.panes
-        i = min(range(len(ZOOMS)), key=lambda k: abs(ZOOMS[k] - panes.window))
-        panes.set_window(ZOOMS[max(0, min(len(ZOOMS) - 1, i + step))])
-        self.say(f"sparklines: at least the last {int(panes.window // 60)} min")
+        self.window = next_zoom(self.window, step)
 
     def check_replay(self) -> bool:
         return self.replay and isinstance(self.sampler, ReplaySampler)

@@ -7,26 +7,30 @@ banner and is retried sooner (2, 4, 8 s ... up to the interval).
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import Any
+from typing import ClassVar, Protocol, runtime_checkable
 
 from textual import on, work
-from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.message import Message
+from textual.reactive import reactive
 from textual.worker import get_current_worker
 
 from gputui.export.fleet import SORTS, FleetHost, FleetReader, FleetView, sort_hosts
-from gputui.ui import hangup, partial_updates
+from gputui.ui.base_app import BaseApp
 from gputui.ui.canvas import CellCanvas, Line
 from gputui.ui.fleet_host import HostScreen, window_label
 from gputui.ui.fleet_table import FleetTable
 from gputui.ui.key_bar import KeyBar
 from gputui.ui.palette import Palette
-from gputui.ui.screens import HelpScreen
 
-DEFAULT_THEME = "textual-dark"
+
+@runtime_checkable
+class FollowsFleet(Protocol):
+    """A screen that shows the live fleet (one host's screen): each view is handed to it."""
+
+    def show(self, view: FleetView) -> None: ...
 
 
 class FleetReady(Message):
@@ -102,45 +106,41 @@ class Banner(CellCanvas):
         return [line]
 
 
-class FleetApp(App[int]):
+class FleetApp(BaseApp):
     TITLE = "gputui fleet"
     CSS = "Screen { layout: vertical; }"
-    BINDINGS = [
-        Binding("q", "quit", "Quit"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("s", "sort_next", "Sort"),
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *BaseApp.BINDINGS,
+        Binding("s,f6", "sort_next", "Sort", key_display="s"),
         Binding("b", "sort('busy')", "Busy"),
         Binding("i", "sort('idle')", "Idle"),
         Binding("m", "sort('memory')", "Memory"),
         Binding("n", "sort('name')", "Name", show=False),
         Binding("d", "sort('dips')", "Dips", show=False),
         Binding("z", "sort('zombies')", "Zombies", show=False),
-        Binding("r", "refresh", "Refresh"),
+        Binding("r,f5", "refresh", "Refresh", key_display="r"),
     ]
-    KEYS_HELP = [  # not HELP: that is Textual's DOMNode.HELP, a markdown string
+    KEYS_HELP: ClassVar[list[tuple[str, str]]] = [
         ("Enter", "open the host under the cursor: its GPUs, processes, zombies, allocators (Esc: back)"),
-        ("s", "sort by the next key: busy, idle, memory, dips, zombies, name (or click a column)"),
+        ("s  F6", "sort by the next key: busy, idle, memory, dips, zombies, name (or click a column)"),
         ("b / i / m", "sort: busiest first / idlest first / fullest memory first"),
         ("d / z / n", "sort: most dips / most zombies / by name"),
-        ("r", "refresh now (also retries at once after an error)"),
-        ("?", "this help"),
-        ("q", "quit"),
+        ("r  F5", "refresh now (also retries at once after an error)"),
+        ("?  F1", "this help"),
+        ("q  F10  Ctrl+C", "quit"),
     ]
+
+    sort: reactive[str] = reactive("busy", init=False)  # -> the header, the table's order
 
     def __init__(
         self, reader: FleetReader, interval: float = 5.0, sort: str = "busy", mouse: bool = True
     ) -> None:
-        super().__init__()
-        partial_updates.install()
+        super().__init__(mouse=mouse)
         self.reader = reader
         self.interval = interval
-        self.sort = sort
-        self.mouse = mouse
+        self.set_reactive(FleetApp.sort, sort)
         self.view: FleetView = reader.view
         self.frames = 0  # views applied; tests wait on it
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self.theme = DEFAULT_THEME
 
     def compose(self) -> ComposeResult:
         prometheus = self.reader.prometheus
@@ -154,43 +154,19 @@ class FleetApp(App[int]):
         yield self.table
         yield KeyBar()
 
-    async def run_async(self, **kwargs: Any) -> int:
-        hangup.guard(self._on_signal, terminal=not kwargs.get("headless"))
-        await super().run_async(**kwargs)
-        return self.exit_status
-
-    @property
-    def exit_status(self) -> int:
-        """The process's exit status. After a crash Textual sets return_code 1 and leaves the return
-        value None, which read as 0: a crash looked like a clean quit."""
-        return self.return_code or self.return_value or 0
-
-    @property
-    def crash(self) -> str | None:
-        """Why the app crashed, in one line; None when it did not."""
-        if not self.return_code:
-            return None
-        error = getattr(self, "_exception", None)  # Textual keeps the first unhandled exception there
-        return "unknown error" if error is None else f"{type(error).__name__}: {error}"
-
     def on_mount(self) -> None:
-        self._apply_palette()
-        self.theme_changed_signal.subscribe(self, lambda _theme: self._apply_palette())
+        super().on_mount()  # the palette
         self.table.focus()
         self.set_interval(1.0, self.banner.redraw)  # the "retry in N s" countdown
         self._refresh_loop()
 
-    def _on_signal(self, sig: int) -> None:
-        self._stop.set()
-        self._wake.set()
-        self.exit(128 + sig)
-        hangup.exit_after(2.0, 128 + sig)  # a dead terminal must not hang us
-
-    def _apply_palette(self) -> None:
-        palette = Palette.from_theme(self.current_theme)
+    def apply_palette(self, palette: Palette) -> None:
         for canvas in (self.header, self.banner, self.table):
             canvas.palette = palette
             canvas.redraw()
+
+    def watch_sort(self) -> None:
+        self.show(self.view)
 
     @work(thread=True, exclusive=True, group="fleet")
     def _refresh_loop(self) -> None:
@@ -222,12 +198,12 @@ class FleetApp(App[int]):
             self.header.redraw()
             self.banner.redraw()
             self.table.apply(sort_hosts(view.hosts, self.sort))
-            if isinstance(self.screen, HostScreen):
-                self.screen.show(view)
+            screen = self.screen
+            if isinstance(screen, FollowsFleet):
+                screen.show(view)
 
     def action_sort(self, key: str) -> None:
-        self.sort = key
-        self.show(self.view)
+        self.sort = key  # watch_sort shows the view in the new order
 
     def action_sort_next(self) -> None:
         self.action_sort(SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)])
@@ -239,9 +215,6 @@ class FleetApp(App[int]):
 
     def action_refresh(self) -> None:
         self._wake.set()
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.KEYS_HELP))
 
     @on(FleetTable.RowChosen)
     def _open_host(self, event: FleetTable.RowChosen) -> None:
@@ -256,9 +229,11 @@ class FleetApp(App[int]):
         self.reader.focus = None
         self.table.focus()
 
+    def close_source(self) -> None:
+        self.reader.prometheus.close()
+
     def on_unmount(self) -> None:
         # However the app ends, the refresh thread must not sleep out its interval, nor wait out a
         # request that hangs: it is abandoned (a daemon thread), and its request is cut now.
-        self._stop.set()
-        self._wake.set()
-        self.reader.prometheus.close()
+        super().on_unmount()
+        self.close_source()

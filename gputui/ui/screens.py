@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TypeVar
 
 from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from gputui.collect.procs import describe
 from gputui.collect.stacks import is_python, py_spy_dump
 from gputui.model import GpuSample, HostProcess, ProcessDetail, ProcessRow
+from gputui.ui._textual_compat import DismissOnce
 from gputui.units import NA, fmt_bytes, printable
 
 MODAL_CSS = """
@@ -31,22 +29,8 @@ ModalScreen > VerticalScroll, ModalScreen > OptionList {
 """
 
 
-ResultT = TypeVar("ResultT")
-
-
-class Modal(ModalScreen[ResultT]):
-    """A modal screen that closes once. Keys typed faster than it closes (a laggy SSH link delivers
-    `g Enter Enter` in one read; key repeat) asked it to close twice, and Textual's dismiss() pops
-    whatever screen is on top: the second one popped the screen under it, or raised ScreenStackError
-    for the main screen, which ended the app."""
-
-    closing = False
-
-    def dismiss(self, result: ResultT | None = None) -> AwaitComplete:
-        if self.closing or not self.is_active:
-            return AwaitComplete.nothing()
-        self.closing = True
-        return super().dismiss(result)
+# A modal screen that closes once (see _textual_compat: Textual's dismiss() pops whatever is on top).
+Modal = DismissOnce
 
 
 class HelpScreen(Modal[None]):

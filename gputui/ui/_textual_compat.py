@@ -1,0 +1,125 @@
+"""Every work-around for Textual's behaviour, in one place. Written against Textual 8.2.8.
+
+Each entry says what Textual does, why that hurts gputui, the upstream issue, and which test in
+tests/ui/test_textual_compat.py asserts that Textual still does it: when such a test fails, upstream
+changed, and the work-around may go.
+
+1. Partial updates re-send cells that did not change (ChopsUpdate.render_segments).
+   A dirty span's write starts at the first cell of the *segment* holding the span's start: a changed
+   digit at column 60 of a line drawn as one styled run re-sends columns 0-60. Over SSH that was most of
+   gputui's traffic (`make bench`: 14.5 KB/s before, about 1 KB/s after). Upstream: the same complaint,
+   Textualize/textual#5625 ("Widget.refresh Method Not Cropping To Region Start Correctly", closed;
+   8.2.8 still does it). Installed by `install()`, once, when the program starts the app.
+   Test: test_upstream_partial_update_still_resends_the_left_of_a_segment.
+
+2. Screen.dismiss() pops whatever screen is on top. Keys typed faster than a modal closes (a laggy SSH
+   link delivers `g Enter Enter` in one read) dismissed it twice: the second popped the screen under it,
+   or raised ScreenStackError for the main screen, which ended the app. Upstream:
+   Textualize/textual#2575 ("Screen.dismiss should error if not the top-most screen", closed; 8.2.8
+   still pops the top screen). Work-around: `DismissOnce`.
+   Test: test_upstream_dismiss_twice_still_pops_the_screen_below.
+
+3. App.pop_screen() of the last screen raises ScreenStackError, which ends the app. Any stray second
+   close reaches it. No upstream issue found for this (it is documented behaviour). Work-around:
+   `would_pop_last_screen`, checked by BaseApp.pop_screen.
+   Test: test_upstream_pop_of_the_last_screen_still_raises.
+
+4. After a crash Textual keeps the exception only in a private attribute (App._exception); the command
+   line prints it in one line. No upstream issue found. Work-around: `unhandled_exception`.
+   Test: test_upstream_keeps_the_crash_in_a_private_attribute.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.control import Control
+from textual.app import App
+from textual.await_complete import AwaitComplete
+from textual.screen import ModalScreen
+
+TEXTUAL_VERSION = "8.2.8"  # the version every work-around here was measured on
+
+_installed = False
+
+
+# -- 1. partial updates ----------------------------------------------------------------------------
+
+
+def _render_segments(self: Any, console: Console) -> str:
+    """ChopsUpdate.render_segments that writes each dirty span from its first cell."""
+    out: list[str] = []
+    move_to = Control.move_to
+    for y, x1, x2 in self.spans:
+        for end, (x, strip) in zip(self.chop_ends[y], self.chops[y].items(), strict=False):
+            if strip is None or x >= x2 or end <= x1:
+                continue
+            start, stop = max(x, x1), min(end, x2)
+            piece = strip if (start, stop) == (x, end) else strip.crop(start - x, stop - x)
+            out.append(move_to(start, y).segment.text)  # every piece is positioned: no newlines needed
+            out.append(piece.render(console))
+    return "".join(out)
+
+
+def _chops_update_has_expected_shape() -> bool:
+    try:
+        from textual._compositor import ChopsUpdate
+    except ImportError:
+        return False
+    if not callable(getattr(ChopsUpdate, "render_segments", None)):
+        return False
+    init_names = ChopsUpdate.__init__.__code__.co_varnames
+    return all(name in init_names for name in ("chops", "spans", "chop_ends"))
+
+
+def install() -> bool:
+    """Patch Textual's partial updates, once per process; False (and no change) if its internals are not
+    what this was written for."""
+    global _installed
+    if _installed:
+        return True
+    if not _chops_update_has_expected_shape():
+        return False
+    from textual._compositor import ChopsUpdate
+
+    # The patch itself: mypy forbids assigning to a method, which is what patching one is.
+    ChopsUpdate.render_segments = _render_segments  # type: ignore[method-assign]
+    _installed = True
+    return True
+
+
+def installed() -> bool:
+    return _installed
+
+
+# -- 2. dismiss once -------------------------------------------------------------------------------
+
+ResultT = TypeVar("ResultT")
+
+
+class DismissOnce(ModalScreen[ResultT]):
+    """A modal screen that closes once, and only while it is the active screen."""
+
+    closing = False
+
+    def dismiss(self, result: ResultT | None = None) -> AwaitComplete:
+        if self.closing or not self.is_active:
+            return AwaitComplete.nothing()
+        self.closing = True
+        return super().dismiss(result)
+
+
+# -- 3. the last screen ----------------------------------------------------------------------------
+
+
+def would_pop_last_screen(app: App[Any]) -> bool:
+    return len(app.screen_stack) <= 1
+
+
+# -- 4. the crash ----------------------------------------------------------------------------------
+
+
+def unhandled_exception(app: App[Any]) -> BaseException | None:
+    error = getattr(app, "_exception", None)
+    return error if isinstance(error, BaseException) else None

@@ -1,0 +1,126 @@
+"""What the monitor (GpuTuiApp) and the fleet view (FleetApp) share: quitting (q, F10, Ctrl+C, signals,
+a dropped terminal), help (?, F1), the palette that follows the theme, status messages, the exit status
+after a crash, and the one background thread each app runs.
+
+Reactive state and Textual: setting a reactive in __init__ runs its watcher at once, before compose()
+made the widgets it updates, so __init__ uses set_reactive() and watchers are declared with init=False;
+on_mount pushes the initial state explicitly (see DESIGN.md §4).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, ClassVar
+
+from textual.app import App
+from textual.await_complete import AwaitComplete
+from textual.binding import Binding, BindingType
+from textual.reactive import reactive
+
+from gputui.ui import _textual_compat, hangup
+from gputui.ui.palette import Palette
+from gputui.ui.status import StatusLine
+
+DEFAULT_THEME = "textual-dark"
+
+
+class BaseApp(App[int]):
+    """Subclasses draw; this owns the plumbing. Override `apply_palette`, `close_source` and
+    `KEYS_HELP` (not HELP: that is Textual's DOMNode.HELP, a markdown string)."""
+
+    # Ctrl+C quits, as in htop and nvitop. Textual binds it to "press Ctrl+Q to quit" and, in an Input,
+    # to copy: priority makes it quit wherever the focus is (there is no text selection to copy here).
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("f10", "quit", "Quit", show=False),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("question_mark,f1", "help", "Help", key_display="?"),
+    ]
+    KEYS_HELP: ClassVar[list[tuple[str, str]]] = []
+
+    # The styles of the cell-drawn widgets, derived from the theme (watch_palette hands it out).
+    palette: reactive[Palette] = reactive(Palette.default, init=False)
+
+    def __init__(self, mouse: bool = True) -> None:
+        super().__init__()
+        self.mouse = mouse
+        self.status_line: StatusLine | None = None  # set by compose() where the app has one
+        self._wake = threading.Event()  # wakes the background thread now (a key asked for fresh data)
+        self._stop = threading.Event()  # ends it
+        self.theme = DEFAULT_THEME
+
+    # -- start and end -----------------------------------------------------------------------------
+
+    async def run_async(self, **kwargs: Any) -> int:
+        _textual_compat.install()  # the real program's only way in (run_test drives the app directly)
+        hangup.guard(self.on_signal, self.close_source, terminal=not kwargs.get("headless"))
+        await super().run_async(**kwargs)
+        return self.exit_status
+
+    def on_mount(self) -> None:
+        self.palette = Palette.from_theme(self.current_theme)
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, _theme: object) -> None:
+        self.palette = Palette.from_theme(self.current_theme)
+
+    def watch_palette(self, palette: Palette) -> None:
+        self.apply_palette(palette)
+
+    def apply_palette(self, palette: Palette) -> None:
+        """Hand `palette` to the widgets that draw with it."""
+
+    def close_source(self) -> None:
+        """Release what the background thread reads (NVML, a socket); called on a forced exit."""
+
+    def on_signal(self, sig: int) -> None:
+        """SIGHUP (the SSH connection dropped), SIGTERM or SIGINT (`kill -INT`; Ctrl-C in the terminal is a
+        key, not a signal, while the app runs): leave now, never spin on a dead terminal."""
+        self.stop_background()
+        self.exit(128 + sig)
+        hangup.exit_after(2.0, 128 + sig, self.close_source)  # exiting may hang on a dead terminal
+
+    def stop_background(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    async def action_quit(self) -> None:
+        self.stop_background()
+        self.exit(0)
+
+    def on_unmount(self) -> None:
+        self.stop_background()
+
+    @property
+    def exit_status(self) -> int:
+        """The process's exit status. After a crash Textual sets return_code 1 and leaves the return
+        value None, which the command line turned into 0: a crash looked like a clean quit."""
+        return self.return_code or self.return_value or 0
+
+    @property
+    def crash(self) -> str | None:
+        """Why the app crashed, in one line; None when it did not."""
+        if not self.return_code:
+            return None
+        error = _textual_compat.unhandled_exception(self)
+        return "unknown error" if error is None else f"{type(error).__name__}: {error}"
+
+    def pop_screen(self) -> AwaitComplete:
+        """Never the main screen: a modal screen closed twice must not end the app (see _textual_compat)."""
+        if _textual_compat.would_pop_last_screen(self):
+            return AwaitComplete.nothing()
+        return super().pop_screen()
+
+    # -- help and status ---------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        from gputui.ui.screens import HelpScreen
+
+        self.push_screen(HelpScreen(self.KEYS_HELP))
+
+    def say(self, message: str, severity: str = "information") -> None:
+        """A status message; it clears itself after a few seconds. Without a status line, a toast."""
+        if self.status_line is not None:
+            self.status_line.say(message, severity)
+        elif message:
+            self.notify(message, severity="error" if severity == "error" else "information", markup=False)
