@@ -144,6 +144,7 @@ class _Known:
     ns_pid: int | None
     cpu_ticks: int
     read_at: float
+    cpu_percent: float | None = None  # over the interval between the last two readings
     seen_before: bool = False
     idle_since: float | None = None
 
@@ -187,7 +188,7 @@ class ProcessJoiner:
                 rows += [self._row(g, pid, None, info, holders, on_nvml) for g in gpus or [None]]
             rows += self._defunct_children(holders, rows, info, on_nvml)
         present = [r for r in rows if r is not None]
-        hosts = self._relatives(present) if relatives else ()
+        hosts = self._relatives(present, info) if relatives else ()
         for pid in set(self._known) - set(infos) - {h.pid for h in hosts}:  # forget the departed
             del self._known[pid]
         return tuple(present), hosts
@@ -266,7 +267,12 @@ class ProcessJoiner:
             reason=reason,
         )
 
-    def _relatives(self, rows: list[ProcessRow]) -> tuple[HostProcess, ...]:
+    def _relatives(
+        self, rows: list[ProcessRow], info: Callable[[int], HostInfo | None]
+    ) -> tuple[HostProcess, ...]:
+        """`info`: this tick's lookups. A parent was already read for its child's row; reading it again
+        a few milliseconds later measured %CPU over that gap (gputui itself, busy with this very tick,
+        showed 69-183 %)."""
         on_gpu = {r.pid for r in rows if r.visible}
         children: dict[int, list[int]] = defaultdict(list)
         for proc in psutil.process_iter(["ppid"]):  # one pass over /proc for the whole tree
@@ -281,19 +287,19 @@ class ProcessJoiner:
                     stack.append(child)
         hosts = []
         for pid in sorted(wanted - on_gpu):
-            info = self.lookup(pid)
-            if info is not None:
+            host = info(pid)
+            if host is not None:
                 hosts.append(
                     HostProcess(
                         pid=pid,
-                        ppid=info.ppid,
-                        user=info.user,
-                        name=info.name,
-                        command=info.command,
-                        cpu_percent=info.cpu_percent,
-                        rss=info.rss,
-                        create_time=info.create_time,
-                        state=info.state,
+                        ppid=host.ppid,
+                        user=host.user,
+                        name=host.name,
+                        command=host.command,
+                        cpu_percent=host.cpu_percent,
+                        rss=host.rss,
+                        create_time=host.create_time,
+                        state=host.state,
                     )
                 )
         return tuple(hosts)
@@ -313,20 +319,13 @@ class ProcessJoiner:
             known = self._first_sight(pid, stat, now)
             if known is None:
                 return None
-            cpu = None  # the first reading has nothing to compare with: unknown, not 0 %
         else:
-            elapsed = now - known.read_at
-            cpu = 100.0 * (stat.cpu_ticks - known.cpu_ticks) / _CLOCK_TICKS / elapsed if elapsed > 0 else 0.0
-            known.cpu_ticks, known.read_at = stat.cpu_ticks, now
-            if cpu > 0.0:
-                known.idle_since = None
-            elif known.idle_since is None:
-                known.idle_since = now
+            self._measure_cpu(known, stat.cpu_ticks, now)
         return HostInfo(
             user=known.user,
             name=known.name,
             command=known.command,
-            cpu_percent=cpu,
+            cpu_percent=known.cpu_percent,  # None after a first reading: unknown, not 0 %
             rss=stat.rss,
             create_time=known.create_time,
             state=stat.state,
@@ -334,6 +333,20 @@ class ProcessJoiner:
             ns_pid=known.ns_pid,
             idle_s=None if known.idle_since is None else now - known.idle_since,
         )
+
+    @staticmethod
+    def _measure_cpu(known: _Known, cpu_ticks: int, now: float) -> None:
+        # %CPU counts clock ticks (1/100 s): over a few milliseconds one tick reads as 100 %+. So a
+        # process is read once per tick (join's `info`), and a clock that did not move keeps the last value.
+        elapsed = now - known.read_at
+        if elapsed <= 0:
+            return
+        known.cpu_percent = 100.0 * (cpu_ticks - known.cpu_ticks) / _CLOCK_TICKS / elapsed
+        known.cpu_ticks, known.read_at = cpu_ticks, now
+        if known.cpu_percent > 0.0:
+            known.idle_since = None
+        elif known.idle_since is None:
+            known.idle_since = now
 
     def _first_sight(self, pid: int, stat: _Stat, now: float) -> _Known | None:
         try:
