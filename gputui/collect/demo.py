@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypedDict
 
@@ -233,23 +233,31 @@ class DemoSource:
 
     def read(self, slow: bool) -> Reading:
         t = max(0.0, self.clock() - self._t0)
-        return self.reading_at(t, slow, [p.pid for p in self.trainers])
+        return self.reading_at(t, slow, self.running_trainers())
 
-    def reading_at(self, t: float, slow: bool, trainer_pids: list[int]) -> Reading:
-        """The simulation at `t` seconds, the trainers given by pid (tests pass made-up ones)."""
+    def running_trainers(self) -> list[int | None]:
+        """Per GPU, its trainer's pid, or None once it has ended. A trainer that ended (killed from the
+        UI, say) is reaped here, so it does not stay a zombie of gputui; as with a real CUDA process,
+        its memory and its load leave the GPU with it."""
+        return [p.pid if p.poll() is None else None for p in self.trainers]
+
+    def reading_at(self, t: float, slow: bool, trainer_pids: Sequence[int | None]) -> Reading:
+        """The simulation at `t` seconds, the trainers given by pid (tests pass made-up ones); None: that
+        GPU's trainer has ended, and the GPU idles."""
         dt = 0.0 if self._last_t is None else max(0.0, t - self._last_t)
         self._last_t = t
         gpus, procs = [], []
         for sim, trainer_pid in zip(self.sims, trainer_pids, strict=False):
             i = sim.index
-            util = sim.util(t)
-            trainer_mem = sim.memory(t)
+            running = trainer_pid is not None
+            util = sim.util(t) if running else 0.0
+            trainer_mem = sim.memory(t) if running else 0
             leaked = GIB + GIB // 2 if i == 0 else 0  # held by the orphan: unaccounted on GPU 0
             ghost = GIB if i == self.gpu_count - 1 and self.gpu_count > 1 else 0
             busy = util / 100.0
             power = min(sim.power_cap, 72.0 + 600.0 * busy + sim.noise(t, 6.0))
             self._energy[i] += power * dt
-            if slow or i not in self._slow:  # like NVML's slow fields: refreshed every few seconds
+            if slow or i not in self._slow or not running:  # like NVML's: refreshed every few seconds
                 self._slow[i] = self._slow_fields(sim, t, util, power)
             gpus.append(
                 GpuSample(
@@ -275,21 +283,24 @@ class DemoSource:
                     **self._slow[i],
                 )
             )
-            procs.append(
-                GpuProcess(
-                    gpu=i,
-                    pid=trainer_pid,
-                    kinds="C",
-                    used_memory=trainer_mem,
-                    sm_util=round(util * 0.97),
-                    mem_util=round(util * 0.44),
-                )
-            )
+            if trainer_pid is not None:
+                procs.append(self._trainer_process(i, trainer_pid, trainer_mem, util))
             if ghost and self.ghost_pid is not None:
                 procs.append(
                     GpuProcess(gpu=i, pid=self.ghost_pid, kinds="C", used_memory=ghost, sm_util=0, mem_util=0)
                 )
         return Reading(tuple(gpus), tuple(procs))
+
+    @staticmethod
+    def _trainer_process(gpu: int, pid: int, memory: int, util: float) -> GpuProcess:
+        return GpuProcess(
+            gpu=gpu,
+            pid=pid,
+            kinds="C",
+            used_memory=memory,
+            sm_util=round(util * 0.97),
+            mem_util=round(util * 0.44),
+        )
 
     @staticmethod
     def _slow_fields(sim: _Sim, t: float, util: float, power: float) -> _SlowFields:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from gputui.model import HostProcess
 from gputui.units import printable
 
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "SIGKILL": signal.SIGKILL}
@@ -47,6 +48,63 @@ class Outcome:
         return text + (f" — {self.detail}" if self.detail else "")
 
 
+@dataclass(frozen=True, slots=True)
+class Protected:
+    """The processes gputui never signals: itself and its ancestors (its shell, tmux, sshd, ...)."""
+
+    me: int
+    ancestors: frozenset[int]
+
+    def why(self, pid: int) -> str | None:
+        if pid <= 1:
+            return "never signals pid 0 or 1 (init)"
+        if pid == self.me:
+            return "that is gputui itself"
+        if pid in self.ancestors:
+            return "that is one of gputui's own ancestors (its shell, tmux, sshd, ...)"
+        return None
+
+
+def protected() -> Protected:
+    """gputui and its ancestors, read now."""
+    me = os.getpid()
+    return Protected(me, frozenset(_ancestors() - {me}))
+
+
+def describe(pid: int) -> HostProcess | None:
+    """What the host says of `pid` now (None: no such process, or not readable): the live side of a
+    kill plan, to tell a reused PID and to describe a parent that is not in the snapshot."""
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            try:
+                user: str | None = proc.username()
+            except (KeyError, psutil.Error):  # a uid with no name, or not readable
+                user = None
+            try:
+                command = printable(" ".join(proc.cmdline()))
+            except psutil.Error:
+                command = ""
+            return HostProcess(
+                pid=pid,
+                ppid=proc.ppid(),
+                user=user,
+                name=proc.name(),
+                command=command or None,
+                cpu_percent=None,
+                rss=None,
+                create_time=proc.create_time(),
+                state=proc.status(),
+            )
+    except psutil.Error:
+        return None
+
+
+def same_start(recorded: float | None, live: float | None) -> bool:
+    """The same process: the start time the row saw is the one the PID has now (psutil's rounding)."""
+    return recorded is not None and live is not None and abs(recorded - live) <= _CREATE_TIME_SLACK
+
+
 def _ancestors() -> set[int]:
     pids = set()
     try:
@@ -61,12 +119,9 @@ def _ancestors() -> set[int]:
 
 def refusal(target: Target) -> str | None:
     """Why `target` must not be signalled, or None."""
-    if target.pid <= 1:
-        return "never signals pid 0 or 1 (init)"
-    if target.pid == os.getpid():
-        return "that is gputui itself"
-    if target.pid in _ancestors():
-        return "that is one of gputui's own ancestors (its shell, tmux, sshd, ...)"
+    why = protected().why(target.pid)
+    if why:
+        return why
     if target.create_time is None:
         return "its start time is unknown, so it cannot be told apart from a reused PID"
     return None
@@ -81,7 +136,7 @@ def _matches(target: Target) -> psutil.Process | str:
         return "already gone"
     except psutil.Error as err:
         return f"cannot read it: {err}"
-    if target.create_time is None or abs(started - target.create_time) > _CREATE_TIME_SLACK:
+    if not same_start(target.create_time, started):
         return "the PID now belongs to another process"
     return proc
 

@@ -263,7 +263,7 @@ async def test_k_lists_the_process_and_esc_cancels(kids: Kids) -> None:
         row = next(line for line in text.splitlines() if line.split()[:1] == [str(proc.pid)])
         assert proc.username()[:8] in row and " ok " in row and "2.0 GiB" in row
         assert "python train.py --job esc" in row
-        assert "SIGTERM — ask it to exit" in text and "SIGKILL — end it now" in text
+        assert "SIGTERM (T) — ask it to exit" in text and "SIGKILL (K) — end it now" in text
         assert "include its children" in str(screen.query_one("#children", Checkbox).label)
         # Cancel has the focus: a stray Enter must not be the one that kills.
         assert screen.focused is not None and screen.focused.id == "cancel"
@@ -475,9 +475,17 @@ async def test_the_offered_parent_s_command_line_is_drawn_printable(kids: Kids) 
         await first_frame(pilot, app)
         screen = await open_dialog(pilot, app)
         assert [e.target.pid for e in screen.entries] == [parent.pid]
-        grid = next(t for t in (static_text(s) for s in screen.query(Static)) if t.startswith(" PID"))
+        grid = next(t for t in (static_text(s) for s in screen.query(Static)) if t.startswith("PID"))
         try:
-            assert len(grid.splitlines()) == 2, grid  # the header and the parent's one line
+            # The header, then the parent's command line: wrapped in full (its newlines are not line
+            # breaks), each continuation line under the COMMAND column.
+            head, first, *more = grid.splitlines()
+            assert first.split()[0] == str(parent.pid)
+            command_at = head.index("COMMAND")
+            assert all(line[:command_at].isspace() for line in more), grid
+            whole = " ".join([first[command_at:], *(line[command_at:] for line in more)])
+            assert "time.sleep(60)" in whole and "[31mred" in whole, grid
+            assert "\x1b" not in grid and "\x07" not in grid
             assert screen.entries[0].target.label.isprintable(), screen.entries[0].target.label
         finally:
             await press(pilot, "escape")
