@@ -18,12 +18,16 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
+from gputui.cells import width as cells_of
 from gputui.units import printable
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
+# One terminal cell: its text and style. A wide character (CJK) takes its cell and the next, whose text is
+# WIDE_TAIL; a combining mark joins the text of the cell before it. So a line's length is its width.
 Cell = tuple[str, Style]
+WIDE_TAIL = ""
 
 
 @lru_cache(maxsize=1024)
@@ -60,7 +64,7 @@ def _segments(text: str, style: Style) -> list[Segment]:
 
 
 class Line:
-    """Builds one line of cells. Every character is one cell (callers keep to narrow characters)."""
+    """Builds one line of terminal cells (see Cell): wide and combining characters take their cells."""
 
     __slots__ = ("cells",)
 
@@ -69,8 +73,26 @@ class Line:
 
     def add(self, text: str, style: Style = PLAIN) -> Line:
         text = printable(text)  # a control character would move the terminal's cursor
-        self.cells.extend(zip(text, repeat(style)))
+        if text.isascii():  # nearly every call, every frame: one cell per character, in C
+            self.cells.extend(zip(text, repeat(style)))
+        else:
+            self._add_wide(text, style)
         return self
+
+    def _add_wide(self, text: str, style: Style) -> None:
+        cells = self.cells
+        for ch in text:
+            n = cells_of(ch)
+            if n == 1:
+                cells.append((ch, style))
+            elif n == 2:
+                cells += [(ch, style), (WIDE_TAIL, style)]
+            else:  # a combining mark: onto the character it follows (a wide one's first cell)
+                at = len(cells) - 1 - (len(cells) > 1 and cells[-1][0] == WIDE_TAIL)
+                if at < 0:
+                    cells.append((" " + ch, style))
+                else:
+                    cells[at] = (cells[at][0] + ch, cells[at][1])
 
     def pad_to(self, width: int, style: Style = PLAIN) -> Line:
         if len(self.cells) < width:
@@ -82,6 +104,8 @@ class Line:
 
     def fit(self, width: int) -> list[Cell]:
         cells = self.cells[:width]
+        if len(self.cells) > width > 0 and self.cells[width][0] == WIDE_TAIL:
+            cells[-1] = (" ", cells[-1][1])  # never half a wide character
         return cells + [(" ", PLAIN)] * (width - len(cells))
 
 
@@ -101,7 +125,17 @@ def changed_spans(old: list[Cell], new: list[Cell]) -> list[tuple[int, int]]:
         spans.append((start, last + 1))
     if len(old) != len(new):
         spans.append((min(len(old), len(new)), max(len(old), len(new))))
-    return spans
+    return [_whole_characters(span, old, new) for span in spans]
+
+
+def _whole_characters(span: tuple[int, int], old: list[Cell], new: list[Cell]) -> tuple[int, int]:
+    """The span widened to whole wide characters: repainting half of one breaks it on the terminal."""
+    start, end = span
+    if any(start < len(line) and line[start][0] == WIDE_TAIL for line in (old, new)):
+        start -= 1
+    if any(end < len(line) and line[end][0] == WIDE_TAIL for line in (old, new)):
+        end += 1
+    return start, end
 
 
 class CellCanvas(Widget):

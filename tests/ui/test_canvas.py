@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from rich.segment import Segment
 from rich.style import Style
 from textual.app import App, ComposeResult
 from textual.color import Color
 
-from gputui.ui.canvas import PLAIN, CellCanvas, Line, _segments
+from gputui.cells import width
+from gputui.ui.canvas import PLAIN, WIDE_TAIL, CellCanvas, Line, _segments, changed_spans
 
 
 class Board(CellCanvas):
@@ -72,3 +74,64 @@ def test_padding_uses_the_one_plain_style() -> None:
     cells = Line().add("ab").pad_to(5).fit(8)
     assert [c for c, _ in cells] == list("ab      ")
     assert all(style is PLAIN for _, style in cells)
+
+
+# -- wide and combining characters ------------------------------------------------------------------
+
+CJK_COMMAND = "python 訓練.py --データ /data/日本語 --name café\u0301 --tag e\u0301\u0302"
+
+
+def test_a_wide_character_takes_two_cells_and_a_combining_mark_none() -> None:
+    line = Line().add("a訓b").add("e\u0301x")
+    assert len(line) == width("a訓b") + width("e\u0301x") == 6
+    assert [c for c, _ in line.cells] == ["a", "訓", WIDE_TAIL, "b", "e\u0301", "x"]
+    line = Line().add("訓").add("\u0301")  # a mark after a wide character joins its first cell
+    assert [c for c, _ in line.cells] == ["訓\u0301", WIDE_TAIL]
+    assert [c for c, _ in Line().add("\u0301a").cells] == [" \u0301", "a"]
+
+
+@pytest.mark.parametrize("cut", range(0, 30))
+def test_fit_never_draws_half_a_wide_character_or_past_the_width(cut: int) -> None:
+    cells = Line().add(CJK_COMMAND).fit(cut)
+    text = "".join(c for c, _ in cells)
+    assert len(cells) == cut
+    assert width(text) == cut
+    assert cells[0][0] != WIDE_TAIL if cells else True
+
+
+def test_a_changed_span_covers_whole_wide_characters() -> None:
+    old = Line().add("ab訓練cd").fit(8)
+    new = Line().add("ab訓棟cd").fit(8)
+    (span,) = changed_spans(old, new)
+    assert span == (4, 6)
+    new = Line().add("abc練cd").fit(8)  # 'c' where the first wide character's tail was
+    for start, end in changed_spans(old, new):
+        for line in (old, new):
+            assert start >= len(line) or line[start][0] != WIDE_TAIL
+            assert end >= len(line) or line[end][0] != WIDE_TAIL
+
+
+class Wide(Board):
+    def __init__(self) -> None:
+        super().__init__()
+        self.text = [CJK_COMMAND * 3, "ascii " * 30]
+
+
+class WideApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Wide()
+
+
+@pytest.mark.parametrize("cols", [40, 41, 57, 120])
+async def test_a_cjk_and_combining_command_line_stays_inside_the_canvas(cols: int) -> None:
+    app = WideApp()
+    async with app.run_test(size=(cols, 5)) as pilot:
+        board = app.query_one(Wide)
+        board.redraw()
+        await pilot.pause()
+        for y in range(2):
+            strip = board.render_line(y)
+            assert strip.cell_length == cols
+            assert sum(width(s.text) for s in strip) == cols
+        # The screen shows the command's start, wide characters and all.
+        assert "python 訓練.py --データ" in "".join(s.text for s in board.render_line(0))
