@@ -1,18 +1,20 @@
-"""The process table's rows, built from a Snapshot: filter, sort, tree. No widgets here."""
+"""The process table's rows, built from a Snapshot: filter, sort, tree, workers folded under their rank.
+No widgets here: the cache of built rows belongs to the table that shows them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.console import JustifyMethod
 from rich.style import Style
 from rich.text import Text
 
-from gputui.collect.classify import SUSPICIOUS
+from gputui.collect.classify import SUSPICIOUS, WORKER
 from gputui.model import HostProcess, ProcessRow, Snapshot
 from gputui.ui.canvas import PLAIN
+from gputui.ui.command_line import shorten
 from gputui.units import NA, fmt_bytes, fmt_duration, printable
 
 
@@ -66,6 +68,21 @@ class TableRow:
     create_time: float | None
     process: ProcessRow | HostProcess | None  # None: not a process (a GPU's unaccounted memory)
     cells: tuple[Text, ...]
+    workers: tuple[int, ...] = ()  # the pids of this rank's workers, folded into it or shown below it
+    folded: bool = False  # its workers are folded into this row: its CPU% and RSS are theirs summed in
+    rank: str = ""  # a worker shown below its rank: the rank's row key
+    lead: int = 0  # characters at the start of COMMAND that stay when it scrolls (fold mark, tree branches)
+
+
+@dataclass(frozen=True)
+class Folding:
+    """Which ranks show their workers: none by default (a rank's row says `+3`), all, or some by row key."""
+
+    expand_all: bool = False
+    expanded: frozenset[str] = frozenset()
+
+    def shows_workers_of(self, rank_key: str) -> bool:
+        return self.expand_all or rank_key in self.expanded
 
 
 @dataclass(frozen=True)
@@ -102,16 +119,33 @@ def _sort_key(column: Column) -> Callable[[ProcessRow | HostProcess], tuple[Any,
     return key
 
 
-def _ordered(procs: list[Any], view: View) -> list[Any]:
+def _ordered(
+    procs: list[Any], view: View, totals: Callable[[Any], tuple[float | None, float | None]] | None = None
+) -> list[Any]:
+    """`procs` sorted by the view's column. `totals`: a rank's CPU% and RSS with its folded workers',
+    which is what its row shows and so what it sorts by."""
     column = BY_KEY.get(view.sort, BY_KEY["gpu"])
+    if totals is not None and column.key in ("cpu", "rss"):
+        index = 0 if column.key == "cpu" else 1
+        column = replace(column, sort=lambda p: totals(p)[index])
     reverse = column.descending != view.reverse
     known = [p for p in procs if column.sort(p) is not None]
     unknown = [p for p in procs if column.sort(p) is None]
     return sorted(known, key=_sort_key(column), reverse=reverse) + sorted(unknown, key=_sort_key(column))
 
 
-def build_rows(snap: Snapshot, view: View, styles: dict[str, Style] | None = None) -> list[TableRow]:
+def build_rows(
+    snap: Snapshot,
+    view: View,
+    styles: dict[str, Style] | None = None,
+    cache: RowCache | None = None,
+    folding: Folding | None = None,
+) -> list[TableRow]:
+    """The rows to show, in order. `cache`: the rows of the last build, reused where nothing they show
+    changed (the table that shows them owns it; without one every row is built anew)."""
     styles = styles or {}
+    cache = cache if cache is not None else RowCache()
+    folding = folding or Folding()
     procs = [
         p
         for p in snap.processes
@@ -119,15 +153,69 @@ def build_rows(snap: Snapshot, view: View, styles: dict[str, Style] | None = Non
         and matches(p, view.filter)
         and (not view.zombies or p.category in SUSPICIOUS)
     ]
+    workers = workers_by_rank(procs)
+    make = _RowMaker(snap, view, styles, cache, workers, folding)
     if view.tree:
-        rows = _tree_rows(procs, snap, view, styles)
+        folded = {id(w) for rank, ws in workers.items() if not folding.shows_workers_of(rank) for w in ws}
+        rows = _tree_rows([p for p in procs if id(p) not in folded], snap, view, make)
     else:
-        rows = [
-            _row(p, snap.time, "", styles, p.pid in snap.agents, view.zombies) for p in _ordered(procs, view)
-        ]
+        rows = _flat_rows(procs, view, make, workers, folding)
     if not view.filter:
         rows += _unaccounted_rows(snap, view, styles)
-    _ROWS.turn()
+    cache.turn()
+    return rows
+
+
+def workers_by_rank(procs: list[ProcessRow]) -> dict[str, list[ProcessRow]]:
+    """The workers (class `worker`: a device holder NVML does not list, child of a GPU process) of each
+    shown rank, by the rank's row key. A worker's rank is its nearest ancestor among `procs` that is not a
+    worker, on the worker's GPU when the rank holds several. Orphans and defunct processes are not of
+    class worker: they are never folded away. A worker whose rank is not shown (filtered out) is its own
+    row."""
+    ranks: dict[int, list[ProcessRow]] = {}
+    worker_parent: dict[int, int | None] = {}
+    for p in procs:
+        if p.category == WORKER:
+            worker_parent[p.pid] = p.ppid
+        else:
+            ranks.setdefault(p.pid, []).append(p)
+    out: dict[str, list[ProcessRow]] = {}
+    for p in procs:
+        if p.category != WORKER:
+            continue
+        ppid, seen = p.ppid, {p.pid}
+        while ppid is not None and ppid not in ranks and ppid in worker_parent and ppid not in seen:
+            seen.add(ppid)  # a worker's own worker: fold it under the same rank
+            ppid = worker_parent[ppid]
+        candidates = ranks.get(ppid) if ppid is not None else None
+        if candidates:
+            rank = next((r for r in candidates if r.gpu == p.gpu), candidates[0])
+            out.setdefault(row_key(rank), []).append(p)
+    return out
+
+
+def _summed(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _flat_rows(
+    procs: list[ProcessRow],
+    view: View,
+    make: _RowMaker,
+    workers: dict[str, list[ProcessRow]],
+    folding: Folding,
+) -> list[TableRow]:
+    """Every shown process, sorted; a rank's workers right below it when shown, else folded into it."""
+    placed = {id(w) for ws in workers.values() for w in ws}
+    rows: list[TableRow] = []
+    for p in _ordered([p for p in procs if id(p) not in placed], view, make.totals):
+        rows.append(make.row(p))
+        key = row_key(p)
+        if key in workers and folding.shows_workers_of(key):
+            below = _ordered(workers[key], view)
+            for i, w in enumerate(below):
+                rows.append(make.row(w, "└─ " if i == len(below) - 1 else "├─ ", rank=key))
     return rows
 
 
@@ -151,9 +239,7 @@ def _unaccounted_rows(snap: Snapshot, view: View, styles: dict[str, Style]) -> l
     return rows
 
 
-def _tree_rows(
-    procs: list[ProcessRow], snap: Snapshot, view: View, styles: dict[str, Style]
-) -> list[TableRow]:
+def _tree_rows(procs: list[ProcessRow], snap: Snapshot, view: View, make: _RowMaker) -> list[TableRow]:
     """GPU processes with their parents above and their descendants below, as an indented forest."""
     nodes: list[ProcessRow | HostProcess] = [*procs, *_related(procs, snap.host_processes)]
     by_pid: dict[int, list[ProcessRow | HostProcess]] = {}
@@ -175,13 +261,13 @@ def _tree_rows(
             return
         seen.add(key)
         branch = "" if depth == 0 else ("└─ " if last else "├─ ")
-        rows.append(_row(n, snap.time, prefix + branch, styles, n.pid in snap.agents))
-        children = _ordered(kids.get(n.pid, []), view)
+        rows.append(make.row(n, prefix + branch, in_tree=True))
+        children = _ordered(kids.get(n.pid, []), view, make.totals)
         child_prefix = prefix + ("" if depth == 0 else ("   " if last else "│  "))
         for i, child in enumerate(children):
             walk(child, child_prefix, i == len(children) - 1, depth + 1)
 
-    for root in _ordered(roots, view):
+    for root in _ordered(roots, view, make.totals):
         walk(root, "", True, 0)
     return rows
 
@@ -207,7 +293,7 @@ def _related(procs: list[ProcessRow], hosts: tuple[HostProcess, ...]) -> list[Ho
     return [h for h in hosts if h.pid in parents or descends(h)]
 
 
-class _RowCache:
+class RowCache:
     """The rows of the last build and of this one. Most rows (workers, idle holders) are the same tick
     after tick, and building their cells is most of a refresh; a row not shown in the last build is
     dropped, so the cache holds two builds' rows at most. (A cache with a size cap instead grew for
@@ -226,22 +312,71 @@ class _RowCache:
         self.last, self.now = self.now, {}
 
 
-_ROWS = _RowCache()
+@dataclass(frozen=True)
+class _Workers:
+    """What a rank's row says of its workers."""
+
+    pids: tuple[int, ...]
+    folded: bool
+    cpu: float | None  # the rank's CPU% and RSS with its folded workers' summed in
+    rss: float | None
+
+    @property
+    def mark(self) -> str:
+        return f"{'+' if self.folded else '-'}{len(self.pids)} "
 
 
-def _row(
-    p: ProcessRow | HostProcess,
-    now: float,
-    tree_prefix: str,
-    styles: dict[str, Style],
-    has_agent: bool,
-    with_reason: bool = False,
-) -> TableRow:
-    """A table row, from the cache when nothing it shows has changed. `has_agent`: the process runs
-    the gputui agent."""
-    run = fmt_duration(now - p.create_time) if p.create_time else None
-    key = (p, run, tree_prefix, has_agent, with_reason, tuple(styles.items()))
-    return _ROWS.get(key, lambda: _make_row(p, now, tree_prefix, styles, has_agent, with_reason))
+class _RowMaker:
+    """Rows of one build: each from the cache when nothing it shows has changed."""
+
+    def __init__(
+        self,
+        snap: Snapshot,
+        view: View,
+        styles: dict[str, Style],
+        cache: RowCache,
+        workers: dict[str, list[ProcessRow]],
+        folding: Folding,
+    ) -> None:
+        self.snap, self.view, self.styles, self.cache = snap, view, styles, cache
+        self.styles_key = tuple(styles.items())
+        self.workers: dict[str, _Workers] = {}
+        for rank_key, ws in workers.items():
+            # Each pid once (a worker that holds two GPUs is two rows, one process); the rank's own
+            # values are added in `of`.
+            by_pid = {w.pid: w for w in ws}
+            self.workers[rank_key] = _Workers(
+                tuple(by_pid),
+                not folding.shows_workers_of(rank_key),
+                _summed([w.cpu_percent for w in by_pid.values()]),
+                _summed([w.rss for w in by_pid.values()]),
+            )
+
+    def of(self, p: ProcessRow | HostProcess) -> _Workers | None:
+        """`p`'s workers, with `p`'s own CPU% and RSS summed in when they are folded into its row."""
+        ws = self.workers.get(row_key(p)) if isinstance(p, ProcessRow) else None
+        if ws is None or not ws.folded:
+            return ws
+        return replace(ws, cpu=_summed([p.cpu_percent, ws.cpu]), rss=_summed([p.rss, ws.rss]))
+
+    def totals(self, p: ProcessRow | HostProcess) -> tuple[float | None, float | None]:
+        ws = self.of(p)
+        return (ws.cpu, ws.rss) if ws is not None and ws.folded else (p.cpu_percent, p.rss)
+
+    def row(
+        self, p: ProcessRow | HostProcess, branch: str = "", rank: str = "", in_tree: bool = False
+    ) -> TableRow:
+        """`branch`: the tree's lines before the command; `rank`: the row key of the rank `p` works for,
+        when it is shown below it."""
+        now = self.snap.time
+        run = fmt_duration(now - p.create_time) if p.create_time else None
+        has_agent = p.pid in self.snap.agents
+        with_reason = self.view.zombies and not in_tree
+        ws = self.of(p)
+        key = (p, run, branch, rank, ws, has_agent, with_reason, self.styles_key)
+        return self.cache.get(
+            key, lambda: _make_row(p, now, branch, self.styles, has_agent, with_reason, ws, rank)
+        )
 
 
 def _make_row(
@@ -251,6 +386,8 @@ def _make_row(
     styles: dict[str, Style],
     has_agent: bool,
     with_reason: bool,
+    workers: _Workers | None = None,
+    rank: str = "",
 ) -> TableRow:
     on_gpu = isinstance(p, ProcessRow)
     dim = styles.get("dim", Style(dim=True))
@@ -268,7 +405,11 @@ def _make_row(
         )
 
     if isinstance(p, ProcessRow):
-        command = p.command if p.visible else "(not visible here: another PID namespace, or gone)"
+        command = (
+            (shorten(p.command) if p.command else p.command)
+            if p.visible
+            else "(not visible here: another PID namespace, or gone)"
+        )
         if p.kinds:  # in NVML's lists
             nvml = (
                 cell(p.kinds, "kinds"),
@@ -281,7 +422,7 @@ def _make_row(
         gpu_cells = (cell(str(p.gpu) if p.gpu is not None else "?", "gpu"), *nvml)
         category = cell(p.category, "category", styles.get(_CATEGORY_STYLES.get(p.category, ""), PLAIN))
     else:
-        command = p.command
+        command = shorten(p.command) if p.command else p.command
         gpu_cells = (
             cell("-", "gpu", dim),
             cell("", "kinds"),
@@ -292,25 +433,29 @@ def _make_row(
         category = cell("", "category")
     run = now - p.create_time if p.create_time else None
     user = p.user or ("-" if invisible else NA)
+    folded = workers is not None and workers.folded
+    cpu, rss = (workers.cpu, workers.rss) if workers is not None and folded else (p.cpu_percent, p.rss)
+    lead = (workers.mark if workers is not None else "") + tree_prefix
     cells = (
         # ◆: the process runs the gputui agent (`a` opens its allocator panel).
         gpu_cells[0],
         cell(("◆" if has_agent else "") + str(p.pid), "pid"),
         cell(user, "user"),
         *gpu_cells[1:],
-        cell(f"{p.cpu_percent:.1f}" if p.cpu_percent is not None else NA, "cpu"),
-        cell(fmt_bytes(p.rss), "rss"),
+        cell(f"{cpu:.1f}" if cpu is not None else NA, "cpu"),
+        cell(fmt_bytes(rss), "rss"),
         cell(fmt_duration(run), "time"),
         category,
         cell(p.state or NA, "state", state_style),
         # Text, never markup: a command line may contain "[/]" or escape sequences.
         Text(
-            tree_prefix + printable(_last_column(p, command, with_reason)),
+            lead + printable(_last_column(p, command, with_reason)),
             style=dim if invisible or not on_gpu else "",
             no_wrap=True,
         ),
     )
-    return TableRow(row_key(p), p.pid, p.create_time, p, cells)
+    pids = workers.pids if workers is not None else ()
+    return TableRow(row_key(p), p.pid, p.create_time, p, cells, pids, folded, rank, len(lead))
 
 
 def _last_column(p: ProcessRow | HostProcess, command: str | None, with_reason: bool) -> str:

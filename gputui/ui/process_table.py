@@ -4,6 +4,9 @@ Why not Textual's DataTable: any cell update there invalidates every render cach
 tick that changes one number per row re-renders every cell of every row. Measured in `make bench`
 (8 GPUs, 1 Hz) that alone cost 2 % of a core, over the whole budget. Drawn on a CellCanvas, a tick costs
 one line build per visible row and sends only the changed cells.
+
+The table owns what the user changes in it and what it keeps between builds: which ranks show their
+workers (`f`, `F`), how far COMMAND is scrolled (←/→), and the cache of built rows.
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ from rich.style import Style
 from textual.binding import Binding
 from textual.message import Message
 
+from gputui import cells
+from gputui.model import Snapshot
 from gputui.ui.canvas import PLAIN, Line
 from gputui.ui.cursor_table import CursorTable
-from gputui.ui.process_rows import COLUMNS, TableRow
+from gputui.ui.process_rows import COLUMNS, Folding, RowCache, TableRow, View, build_rows
 
 _GAP = 1  # spaces between columns
 _MIN_COMMAND = 24
+SCROLL_STEP = 8  # cells per ←/→
 # Dropped first when the terminal is too narrow for every column and a readable command line.
 _DROP_ORDER = ("bw", "time", "rss", "kinds", "state", "cpu", "user", "category")
 
@@ -30,14 +36,35 @@ def _style(style: str | Style) -> Style:
 
 
 def fit(text: str, width: int, justify: str = "left") -> str:
-    if len(text) > width:
-        return text[: max(0, width - 1)] + "…" if width > 0 else ""
-    return text.rjust(width) if justify == "right" else text.ljust(width)
+    """`text` in exactly `width` terminal cells: cut with `…`, padded with spaces (a CJK character takes
+    two cells, a combining mark none)."""
+    return cells.pad(text, width, right=justify == "right")
+
+
+def skip_cells(text: str, count: int) -> str:
+    """`text` without its first `count` cells; a wide character cut in half leaves a space."""
+    if count <= 0:
+        return text
+    if text.isascii():
+        return text[count:]
+    skipped = 0
+    for i, ch in enumerate(text):
+        if skipped >= count:
+            rest = text[i:]
+            return " " * (skipped - count) + rest
+        skipped += cells.width(ch)
+    return " " * max(0, skipped - count)
 
 
 class ProcessTable(CursorTable):
     DEFAULT_CSS = "ProcessTable { height: 1fr; }"
-    BINDINGS = [Binding("enter", "choose", "Detail", show=False)]
+    BINDINGS = [
+        Binding("enter", "choose", "Detail", show=False),
+        Binding("f", "fold", "Workers", show=False),
+        Binding("F", "fold_all", "All workers", show=False),
+        Binding("left", "scroll_command(-1)", "Scroll left", show=False),
+        Binding("right", "scroll_command(1)", "Scroll right", show=False),
+    ]
 
     class HeaderClicked(Message):
         def __init__(self, column: str) -> None:
@@ -59,6 +86,75 @@ class ProcessTable(CursorTable):
         # The last build's line of every row, by id: a row that did not change is the same TableRow
         # object (process_rows reuses them), so its line is reused rather than built again.
         self._built: dict[int, tuple[TableRow, tuple[object, ...], Line]] = {}
+        self.row_cache = RowCache()
+        self.folding = Folding()
+        self.command_offset = 0  # cells of COMMAND scrolled off to the left
+        self._source: tuple[Snapshot, View, dict[str, Style]] | None = None
+
+    # -- rows ----------------------------------------------------------------------------------------
+
+    def show(self, snap: Snapshot, view: View, styles: dict[str, Style] | None = None) -> None:
+        """Show `snap`'s processes as `view` says, with this table's folding; kept for the next rebuild
+        (a fold toggled between two ticks)."""
+        self._source = (snap, view, styles or {})
+        self._rebuild()
+
+    def _rebuild(self, cursor_to: str = "") -> None:
+        if self._source is None:
+            return
+        snap, view, styles = self._source
+        rows = build_rows(snap, view, styles, self.row_cache, self.folding)
+        ranks = {r.key for r in rows if r.workers}
+        if not self.folding.expanded <= ranks:  # forget the ranks that are gone (or filtered out)
+            self.folding = Folding(self.folding.expand_all, self.folding.expanded & ranks)
+        if cursor_to:
+            self.cursor = next((i for i, r in enumerate(rows) if r.key == cursor_to), self.cursor)
+            self.rows = []  # apply() keeps the cursor on its old row: here it moves to `cursor_to`
+        self.apply(rows)
+
+    @property
+    def workers_folded(self) -> bool:
+        """Workers are folded under their ranks unless expanded one by one (the default, and a setting)."""
+        return not self.folding.expand_all
+
+    @workers_folded.setter
+    def workers_folded(self, folded: bool) -> None:
+        self.folding = Folding(expand_all=not folded)
+        self._rebuild()
+
+    def action_fold(self) -> None:
+        """Show or fold the workers of the rank under the cursor (or of the rank of the worker under it)."""
+        row = self.current
+        if row is None or not (row.workers or row.rank):
+            return
+        rank = row.rank or row.key
+        if self.folding.expand_all:  # fold this one back: every other rank stays open
+            others = {r.key for r in self.rows if r.workers and r.key != rank}
+            self.folding = Folding(False, frozenset(others))
+        elif rank in self.folding.expanded:
+            self.folding = Folding(False, self.folding.expanded - {rank})
+        else:
+            self.folding = Folding(False, self.folding.expanded | {rank})
+        self._rebuild(cursor_to=rank if row.rank else "")
+
+    def action_fold_all(self) -> None:
+        """Show every rank's workers, or fold them all."""
+        row = self.current
+        self.workers_folded = self.folding.expand_all or bool(self.folding.expanded)
+        if row is not None and row.rank and self.workers_folded:
+            self._rebuild(cursor_to=row.rank)
+
+    def action_scroll_command(self, direction: int) -> None:
+        """Scroll COMMAND by SCROLL_STEP cells; never past the end of the longest command shown."""
+        longest = max((cells.width(self.rows[i].cells[-1].plain) for i in self.visible_rows()), default=0)
+        room = self._layout(self.size.width)[-1][1] if self.size.width else 0
+        limit = max(0, longest - room + SCROLL_STEP)
+        offset = max(0, min(self.command_offset + direction * SCROLL_STEP, limit))
+        if offset != self.command_offset:
+            self.command_offset = offset
+            self.redraw()
+
+    # -- drawing -------------------------------------------------------------------------------------
 
     @property
     def current(self) -> TableRow | None:
@@ -82,6 +178,8 @@ class ProcessTable(CursorTable):
         for i, w in layout:
             col = COLUMNS[i]
             label = self.last_label if i == len(COLUMNS) - 1 else col.label
+            if i == len(COLUMNS) - 1 and self.command_offset:
+                label += f" ◂{self.command_offset}"  # scrolled: how far, and ← goes back
             if col.key == self.sort_column:
                 label += "▼" if self.sort_reverse != col.descending else "▲"  # ▼: biggest first
             header.add(fit(label, w, col.justify) + " " * _GAP, self.header_style)
@@ -99,6 +197,7 @@ class ProcessTable(CursorTable):
                 focused,
                 self.cursor_style,
                 self.tag_style,
+                self.command_offset,
             )
             last = self._built.get(id(row))
             line = last[2] if last and last[0] is row and last[1] == how else self._line(row, *how)
@@ -116,8 +215,10 @@ class ProcessTable(CursorTable):
         focused: bool,
         cursor_style: Style,
         tag_style: Style,
+        command_offset: int,
     ) -> Line:
         line = Line()
+        last = len(COLUMNS) - 1
         for c, w in layout:
             cell, col = row.cells[c], COLUMNS[c]
             style = _style(cell.style)
@@ -125,7 +226,10 @@ class ProcessTable(CursorTable):
                 style = style + tag_style
             if on_cursor:
                 style = style + cursor_style if focused else style + Style(underline=True)
-            line.add(fit(cell.plain, w, col.justify), style)
+            text = cell.plain
+            if c == last and command_offset:  # the fold mark and tree branches stay where they are
+                text = text[: row.lead] + skip_cells(text[row.lead :], command_offset)
+            line.add(fit(text, w, col.justify), style)
             line.add(" " * _GAP, cursor_style if on_cursor and focused else PLAIN)
         return line
 
