@@ -42,6 +42,7 @@ from textual.screen import ModalScreen
 TEXTUAL_VERSION = "8.2.8"  # the version every work-around here was measured on
 
 _installed = False
+_upstream_render_segments: Any = None  # Textual's own, kept for the test that watches upstream
 
 
 # -- 1. partial updates ----------------------------------------------------------------------------
@@ -76,13 +77,14 @@ def _chops_update_has_expected_shape() -> bool:
 def install() -> bool:
     """Patch Textual's partial updates, once per process; False (and no change) if its internals are not
     what this was written for."""
-    global _installed
+    global _installed, _upstream_render_segments
     if _installed:
         return True
     if not _chops_update_has_expected_shape():
         return False
     from textual._compositor import ChopsUpdate
 
+    _upstream_render_segments = ChopsUpdate.render_segments
     # The patch itself: mypy forbids assigning to a method, which is what patching one is.
     ChopsUpdate.render_segments = _render_segments  # type: ignore[method-assign]
     _installed = True
@@ -91,6 +93,19 @@ def install() -> bool:
 
 def installed() -> bool:
     return _installed
+
+
+def upstream_render_segments() -> Any:
+    """Textual's ChopsUpdate.render_segments, patched or not."""
+    if _upstream_render_segments is not None:
+        return _upstream_render_segments
+    from textual._compositor import ChopsUpdate
+
+    return ChopsUpdate.render_segments
+
+
+def patched_render_segments() -> Any:
+    return _render_segments
 
 
 # -- 2. dismiss once -------------------------------------------------------------------------------

@@ -1,0 +1,151 @@
+"""Each work-around in gputui/ui/_textual_compat.py, and a test that Textual still behaves the way it
+works around. A failing `test_upstream_*` means upstream changed: read the entry in _textual_compat's
+docstring and drop the work-around if it is no longer needed."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+from rich.control import Control
+from rich.segment import Segment
+from textual.app import App, ComposeResult, ScreenStackError
+from textual.screen import ModalScreen
+from textual.strip import Strip
+from textual.widgets import Static
+
+from gputui.ui import _textual_compat
+from gputui.ui._textual_compat import DismissOnce
+
+
+def _update(text: str, span: tuple[int, int]) -> object:
+    """One line drawn as one segment, of which only the cells span[0]..span[1] changed."""
+    from textual._compositor import ChopsUpdate
+
+    strip = Strip([Segment(text)])
+    return ChopsUpdate([{0: strip}], [(0, *span)], [[len(text)]])
+
+
+def _console() -> Console:
+    return Console(width=80, color_system=None, force_terminal=True, legacy_windows=False)
+
+
+# -- 1. partial updates ----------------------------------------------------------------------------
+
+
+def test_upstream_partial_update_still_resends_the_left_of_a_segment() -> None:
+    """Textual 8.2.8 (textual#5625): one changed cell at x=7 re-sends x=0..7."""
+    upstream = _textual_compat.upstream_render_segments()
+    written = upstream(_update("0123456789", (7, 8)), _console())
+    assert "01234567" in written
+
+
+def test_the_patch_writes_only_the_changed_cells() -> None:
+    patched = _textual_compat.patched_render_segments()
+    written = patched(_update("0123456789", (7, 8)), _console())
+    assert written == Control.move_to(7, 0).segment.text + "7"  # moved to the cell, and that cell only
+
+
+def test_install_is_idempotent_and_patches_the_class() -> None:
+    from textual._compositor import ChopsUpdate
+
+    assert _textual_compat.install() is True
+    assert _textual_compat.install() is True
+    assert _textual_compat.installed()
+    assert ChopsUpdate.render_segments is _textual_compat.patched_render_segments()
+
+
+def test_the_app_does_not_patch_textual_when_it_is_created() -> None:
+    """Installed once when the program runs the app (BaseApp.run_async), not from App.__init__."""
+    import inspect
+
+    from gputui.ui import app as app_module
+    from gputui.ui import base_app, fleet_app
+
+    for module in (app_module, fleet_app):
+        assert "_textual_compat.install" not in inspect.getsource(module)
+    assert "_textual_compat.install()" in inspect.getsource(base_app.BaseApp.run_async)
+
+
+# -- 2. dismiss once -------------------------------------------------------------------------------
+
+
+class _Main(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Static("main")
+
+
+class _PlainModal(ModalScreen[None]):
+    def compose(self) -> ComposeResult:
+        yield Static("plain")
+
+
+class _OnceModal(DismissOnce[None]):
+    def compose(self) -> ComposeResult:
+        yield Static("once")
+
+
+async def test_upstream_dismiss_twice_still_pops_the_screen_below() -> None:
+    """Textual 8.2.8 (textual#2575): a second dismiss() of a closed screen pops whatever is on top."""
+    app = _Main()
+    async with app.run_test() as pilot:
+        below, top = _PlainModal(), _PlainModal()
+        await app.push_screen(below)
+        await app.push_screen(top)
+        top.dismiss()
+        await pilot.pause()
+        assert app.screen is below
+        top.dismiss()  # the stray second close
+        await pilot.pause()
+        assert app.screen is not below and len(app.screen_stack) == 1
+
+
+async def test_dismiss_once_closes_only_itself() -> None:
+    app = _Main()
+    async with app.run_test() as pilot:
+        below, top = _OnceModal(), _OnceModal()
+        await app.push_screen(below)
+        await app.push_screen(top)
+        top.dismiss()
+        await pilot.pause()
+        top.dismiss()  # the stray second close: nothing happens
+        await pilot.pause()
+        assert app.screen is below and len(app.screen_stack) == 2
+
+
+# -- 3. the last screen ----------------------------------------------------------------------------
+
+
+async def test_upstream_pop_of_the_last_screen_still_raises() -> None:
+    app = _Main()
+    async with app.run_test():
+        with pytest.raises(ScreenStackError):
+            app.pop_screen()
+
+
+async def test_base_app_never_pops_its_main_screen() -> None:
+    from tests.ui.conftest import first_frame, make_app
+
+    app = make_app(interval=30.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await first_frame(pilot, app)
+        app.pop_screen()
+        await pilot.pause()
+        assert len(app.screen_stack) == 1 and app.is_running
+
+
+# -- 4. the crash ----------------------------------------------------------------------------------
+
+
+class _Crashes(App[None]):
+    def on_mount(self) -> None:
+        raise RuntimeError("boom")
+
+
+async def test_upstream_keeps_the_crash_in_a_private_attribute() -> None:
+    app = _Crashes()
+    with pytest.raises(RuntimeError):
+        async with app.run_test():
+            pass
+    assert app.return_code == 1 and app.return_value is None
+    error = _textual_compat.unhandled_exception(app)
+    assert isinstance(error, RuntimeError) and str(error) == "boom"
