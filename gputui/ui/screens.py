@@ -35,7 +35,7 @@ Modal = DismissOnce
 
 class HelpScreen(Modal[None]):
     DEFAULT_CSS = MODAL_CSS
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss", "Close")]
 
     def __init__(self, keys: list[tuple[str, str]]) -> None:
         super().__init__()
