@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from gputui import __version__
+from gputui import __version__, cells
 from gputui.collect.classify import SUSPICIOUS
 from gputui.model import GpuSample, ProcessRow, Snapshot
 from gputui.units import NA, fmt_bytes, fmt_num, fmt_pct, printable
@@ -24,12 +26,38 @@ def _power(g: GpuSample) -> str:
     return f"{g.power:.0f}/{g.power_limit:.0f} W" if g.power_limit is not None else f"{g.power:.0f} W"
 
 
-def gpu_line(g: GpuSample) -> str:
-    name = (g.name or NA)[:24]
+_NAME = 24  # cells of the GPU name, when the terminal has room
+_GPU_FIELDS = 56  # cells of UTIL to PST
+
+
+def _name_cells(width: int | None) -> int:
+    """On a narrow terminal the GPU name gives up cells first (down to 12), then the line's tail is cut."""
+    return _NAME if width is None else max(12, min(_NAME, width - 5 - _GPU_FIELDS))
+
+
+def gpu_header(width: int | None) -> str:
+    return _fit(
+        f"{'GPU':<3} {cells.pad('NAME', _name_cells(width))} {'UTIL':>4}  {'MEMORY':>16}  {'TEMP':>4}  "
+        f"{'POWER':>11}  {'SM CLK':>8}  {'PST':>3}",
+        width,
+    )
+
+
+def gpu_line(g: GpuSample, width: int | None = None) -> str:
+    rest = _gpu_fields(g)
+    name_w = _name_cells(width)
+    name = g.name or NA
+    if cells.width(name) > name_w:
+        name = name.removeprefix("NVIDIA ")  # every GPU here is one: its model is what tells them apart
+    name = cells.pad(name, name_w)
     if g.lost:
-        return f"{g.index:<3} {name:<24} LOST — the GPU fell off the bus or needs a reset"
+        return _fit(f"{g.index:<3} {name} LOST — the GPU fell off the bus or needs a reset", width)
+    return _fit(f"{g.index:<3} {name} {rest}", width)
+
+
+def _gpu_fields(g: GpuSample) -> str:
     line = (
-        f"{g.index:<3} {name:<24} {fmt_pct(g.util_gpu):>4}  {_gib(g.mem_used, g.mem_total):>16}  "
+        f"{fmt_pct(g.util_gpu):>4}  {_gib(g.mem_used, g.mem_total):>16}  "
         f"{fmt_num(g.temperature, 'C'):>4}  {_power(g):>11}  {fmt_num(g.sm_clock, ' MHz'):>8}  "
         f"{'P' + str(g.pstate) if g.pstate is not None else NA:>3}"
     )
@@ -41,17 +69,67 @@ def gpu_line(g: GpuSample) -> str:
     return line
 
 
+def _fit(line: str, width: int | None) -> str:
+    return line if width is None else cells.cut(line, width)
+
+
+@dataclass(frozen=True)
+class _Column:
+    header: str
+    cells: int
+    value: Callable[[ProcessRow], str]
+    right: bool = True
+
+
+def _gpu_value(text: Callable[[ProcessRow], str]) -> Callable[[ProcessRow], str]:
+    return lambda p: text(p) if p.kinds else "-"  # NVML's numbers: none for a process it does not list
+
+
+_COLUMNS = {
+    "pid": _Column("PID", 7, lambda p: str(p.pid)),
+    "user": _Column("USER", 10, lambda p: p.user or ("?" if p.visible else "-"), right=False),
+    "kinds": _Column("TYP", 3, lambda p: p.kinds or "-", right=False),
+    "gpu_mem": _Column("GPU MEM", 10, _gpu_value(lambda p: fmt_bytes(p.used_memory))),
+    "sm": _Column("SM%", 4, _gpu_value(lambda p: fmt_pct(p.sm_util))),
+    "cpu": _Column("CPU%", 5, lambda p: fmt_pct(p.cpu_percent)),  # None (a first reading): n/a, not 0 %
+    "rss": _Column("RSS", 10, lambda p: fmt_bytes(p.rss)),
+    "class": _Column("CLASS", 13, lambda p: p.category, right=False),
+}
+_DROPPED_FIRST = ("rss", "kinds", "sm")  # on a narrow terminal, so that COMMAND keeps some room
+_MIN_COMMAND = 24
+_INDENT = "    "
+
+
+def process_columns(width: int | None) -> tuple[str, ...]:
+    """The columns that leave COMMAND at least _MIN_COMMAND cells of `width` (all of them when None)."""
+    keys = list(_COLUMNS)
+    for key in _DROPPED_FIRST:
+        if width is None or width - _row_cells(keys) >= _MIN_COMMAND:
+            break
+        keys.remove(key)
+    return tuple(keys)
+
+
+def _row_cells(keys: list[str]) -> int:
+    return len(_INDENT) + sum(_COLUMNS[k].cells + 1 for k in keys)
+
+
+def _row(values: list[str], keys: tuple[str, ...], command: str, width: int | None) -> str:
+    parts = [
+        cells.pad(v, _COLUMNS[k].cells, right=_COLUMNS[k].right) for v, k in zip(values, keys, strict=True)
+    ]
+    return _fit(_INDENT + " ".join(parts) + " " + command, width)
+
+
+def process_header(width: int | None) -> str:
+    keys = process_columns(width)
+    return _row([_COLUMNS[k].header for k in keys], keys, "COMMAND", width)
+
+
 def process_line(p: ProcessRow, width: int | None) -> str:
-    user = printable(p.user or ("?" if p.visible else "-"))
-    cpu = fmt_pct(p.cpu_percent)
+    keys = process_columns(width)
     command = p.command if p.visible else "(not visible here: another PID namespace, or gone)"
-    on_nvml = bool(p.kinds)
-    line = (
-        f"    {p.pid:>7} {user[:10]:<10} {p.kinds or '-':<3} "
-        f"{fmt_bytes(p.used_memory) if on_nvml else '-':>10} {fmt_pct(p.sm_util) if on_nvml else '-':>4} "
-        f"{cpu:>5} {fmt_bytes(p.rss):>10} {p.category:<13} {printable(command or NA)}"
-    )
-    return line[:width] if width else line
+    return _row([printable(_COLUMNS[k].value(p)) for k in keys], keys, printable(command or NA), width)
 
 
 def render(snap: Snapshot, width: int | None = None) -> str:
@@ -62,21 +140,14 @@ def render(snap: Snapshot, width: int | None = None) -> str:
     )
     if snap.source == "demo":
         head += " · DEMO (simulated GPUs)"
-    lines = [
-        head,
-        f"{'GPU':<3} {'NAME':<24} {'UTIL':>4}  {'MEMORY':>16}  {'TEMP':>4}  {'POWER':>11}  "
-        f"{'SM CLK':>8}  {'PST':>3}",
-    ]
+    lines = [head, gpu_header(width)]
     if not snap.gpus:
         lines.append("(no GPUs)")
     for g in snap.gpus:
-        lines.append(gpu_line(g))
+        lines.append(gpu_line(g, width))
         procs = snap.processes_on(g.index)
         if procs:
-            lines.append(
-                f"    {'PID':>7} {'USER':<10} {'TYP':<3} {'GPU MEM':>10} {'SM%':>4} {'CPU%':>5} "
-                f"{'RSS':>10} {'CLASS':<13} COMMAND"
-            )
+            lines.append(process_header(width))
         lines.extend(process_line(p, width) for p in procs)
         extra = snap.unaccounted_memory.get(g.index)
         if extra:
@@ -91,8 +162,8 @@ def render(snap: Snapshot, width: int | None = None) -> str:
     if suspicious:
         lines.append("suspicious:")
         for p in suspicious:
-            lines.append(f"  ! {p.pid:>7} {p.category:<13} {printable(p.reason)}"[: width or None])
+            lines.append(f"  ! {p.pid:>7} {p.category:<13} {printable(p.reason)}")
     if snap.unreadable_fds:
         lines.append(f"! {snap.unreadable_fds} processes not readable — run as root to see every holder")
-    lines.extend(f"! {e}" for e in snap.errors)
-    return "\n".join(lines)
+    lines.extend(f"! {printable(e)}" for e in snap.errors)
+    return "\n".join(_fit(line, width) for line in lines)

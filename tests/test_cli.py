@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -16,9 +17,11 @@ import pytest
 from jsonschema import Draft202012Validator
 
 import gputui
+from gputui import cells
 from gputui.collect.demo import DemoSource
 from gputui.collect.sampler import Sampler
 from gputui.jsonout import dumps, schema, snapshot_from_dict, snapshot_to_dict
+from gputui.model import Snapshot
 from gputui.oneshot import render
 from tests.processes import cmdline
 
@@ -373,3 +376,60 @@ def test_replay_without_a_terminal_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2 and result.stdout == ""
     assert len(result.stderr.splitlines()) == 1
     assert result.stderr.startswith("gputui replay: standard input and output are not a terminal")
+
+
+# -- --once on a terminal: cells, not characters ---------------------------------------------------------
+
+CJK_COMMAND = "python /data/訓練/トレーニング.py --name café\u0301 --tag データセット日本語" * 2
+
+
+def _demo_snapshot(gpus: int = 2) -> Snapshot:
+    with Sampler(DemoSource(gpus=gpus, start_at=120.0)) as sampler:
+        sampler.tick()
+        return sampler.tick()
+
+
+@pytest.mark.parametrize("cols", [40, 60, 79, 80, 100, 120, 200])
+def test_once_fits_any_terminal_width_in_cells_with_wide_characters(cols: int) -> None:
+    snap = _demo_snapshot()
+    rows = list(snap.processes)
+    rows[0] = dataclasses.replace(rows[0], command=CJK_COMMAND, user="学生ユーザー名")
+    gpus = [
+        dataclasses.replace(snap.gpus[0], name="NVIDIA H100 80GB HBM3 ☃☃", throttle_reasons=("hw_slowdown",))
+    ]
+    snap = dataclasses.replace(snap, processes=tuple(rows), gpus=(*gpus, *snap.gpus[1:]))
+    text = render(snap, cols)
+    for line in text.splitlines():
+        assert cells.width(line) <= cols, (cols, line)
+    pid_lines = [line for line in text.splitlines() if re.match(r" +\d+ ", line)]
+    assert len(pid_lines) == len(snap.processes)  # every process still has its line
+    if cols >= 80:  # COMMAND keeps room on an 80-column terminal, and the start of the wide command shows
+        assert "python /data/訓練" in text
+        assert all(cells.width(line) == cols for line in pid_lines if "訓練" in line)
+
+
+def test_once_shows_an_unknown_cpu_as_na_and_a_measured_one_as_a_number() -> None:
+    snap = _demo_snapshot(gpus=1)
+    first, second, *rest = snap.processes
+    rows = (dataclasses.replace(first, cpu_percent=None), dataclasses.replace(second, cpu_percent=0.0), *rest)
+    text = render(dataclasses.replace(snap, processes=rows))
+    header = next(line for line in text.splitlines() if "CPU%" in line)
+    column = slice(header.index("CPU%") - 1, header.index("CPU%") + 4)
+    by_pid = {int(line.split()[0]): line for line in text.splitlines() if re.match(r" +\d+ ", line)}
+    assert by_pid[first.pid][column].strip() == "n/a"
+    assert by_pid[second.pid][column].strip() == "0%"
+
+
+def test_gputui_once_on_an_80_column_terminal_fits_it() -> None:
+    from tests.ui.pty_run import PtyRun
+
+    run = PtyRun([sys.executable, "-m", "gputui", "--demo", "--once"], cols=80, rows=24)
+    try:
+        assert run.wait_exit(TIMEOUT) is not None
+        assert run.proc is not None and run.proc.returncode == 0
+        text = run.all_output().decode()
+    finally:
+        run.close()
+    lines = [line for line in text.replace("\r", "").splitlines() if line]
+    assert any("demo_train.py" in line for line in lines)
+    assert max(cells.width(line) for line in lines) <= 80
