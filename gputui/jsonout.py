@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from importlib import resources
 from typing import Any
 
 from gputui.collect import agent_reply
-from gputui.model import SCHEMA_VERSION, AgentReport, GpuSample, ProcessRow, Snapshot
+from gputui.model import SCHEMA_VERSION, AgentReport, GpuSample, HostStats, ProcessRow, Snapshot
 
 
 def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
@@ -25,6 +26,10 @@ def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
             value = {str(k): agent_reply.to_dict(v) for k, v in value.items()}
         elif f.name == "errors":
             value = list(value)
+        elif f.name == "host":
+            if value is None:
+                continue  # optional: absent rather than null, as in recordings made before it existed
+            value = _plain(dataclasses.asdict(value))
         out[f.name] = value
     return out
 
@@ -64,6 +69,7 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
             errors=tuple(data["errors"]),
             unreadable_fds=data["unreadable_fds"],
             agents=_agents(data.get("agents", {})),
+            host=_host(data.get("host")),
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"not a gputui snapshot: {err}") from None
@@ -77,6 +83,42 @@ def _agents(data: dict[str, Any]) -> dict[int, AgentReport]:
             raise ValueError(f"not a pid: {key[:20]!r}")
         out[int(key)] = agent_reply.parse(int(key), value)
     return out
+
+
+def _host(data: Any) -> HostStats | None:
+    """Recorded host stats: every field optional, numbers finite and not negative, or the record is bad."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ValueError("host: not an object")
+    unknown = set(data) - {f.name for f in dataclasses.fields(HostStats)}
+    if unknown:
+        raise ValueError(f"host: unknown field {sorted(unknown)[0][:40]!r}")
+    values = {k: _finite(k, v) for k, v in data.items() if k != "load"}
+    for key in ("cpu_count", "mem_total", "mem_used", "swap_total", "swap_used"):
+        if values.get(key) is not None and not isinstance(values[key], int):
+            raise ValueError(f"host.{key}: not an integer")
+    load = data.get("load")
+    if load is not None:
+        if not isinstance(load, list) or len(load) != 3:
+            raise ValueError("host.load: not three load averages")
+        load = tuple(_finite("load", v) for v in load)
+        if None in load:
+            raise ValueError("host.load: not three load averages")
+    return HostStats(**values, load=load)
+
+
+def _finite(key: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"host.{key}: not a number >= 0")
+    return value
 
 
 def dumps(snap: Snapshot, indent: int | None = None) -> str:

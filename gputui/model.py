@@ -44,6 +44,9 @@ class GpuSample:
     compute_mode: str | None = None
     persistence_mode: bool | None = None
     mig_mode: bool | None = None
+    ecc_errors: int | None = None  # volatile uncorrected ECC errors since the driver loaded
+    nvlink_rx: float | None = None  # bytes/s over all NVLink links
+    nvlink_tx: float | None = None
 
     @property
     def mem_percent(self) -> float | None:
@@ -190,6 +193,20 @@ class AgentReport:
 
 
 @dataclass(frozen=True, slots=True)
+class HostStats:
+    """The host as htop and nvitop show it. Bytes, percent of all CPUs, load averages, seconds."""
+
+    cpu_percent: float | None = None  # None on the first tick: a percentage needs two readings
+    cpu_count: int | None = None
+    mem_total: int | None = None
+    mem_used: int | None = None  # total minus available, as htop counts it
+    swap_total: int | None = None
+    swap_used: int | None = None
+    load: tuple[float, float, float] | None = None  # 1, 5 and 15 minutes
+    uptime: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     time: float
     hostname: str
@@ -208,6 +225,8 @@ class Snapshot:
     unreadable_fds: int = 0
     # pid -> what the gputui agent running in that process said (validated; see AgentReport).
     agents: dict[int, AgentReport] = field(default_factory=dict)
+    # CPU, memory, swap, load and uptime of the host; None in recordings made before it was sampled.
+    host: HostStats | None = None
 
     def processes_on(self, gpu: int | None) -> tuple[ProcessRow, ...]:
         return tuple(p for p in self.processes if p.gpu == gpu)

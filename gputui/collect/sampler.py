@@ -12,6 +12,7 @@ from types import TracebackType
 from gputui.collect.agents import AgentPoller
 from gputui.collect.history import History
 from gputui.collect.holders import HolderScanner
+from gputui.collect.host import HostSampler
 from gputui.collect.procs import ProcessJoiner
 from gputui.collect.source import GpuSource, SourceInfo, SourceUnavailable
 from gputui.model import Snapshot, unaccounted_memory
@@ -30,6 +31,7 @@ class Sampler:
         devices_dir: Path | None = None,
         scan_holders: bool = True,
         agents: AgentPoller | None = None,
+        host: HostSampler | None = None,
     ) -> None:
         self.source = source
         self.slow_interval = slow_interval
@@ -45,6 +47,7 @@ class Sampler:
         self.scan_holders = scan_holders
         self._scanner: HolderScanner | None = None
         self.agents = agents if agents is not None else AgentPoller()
+        self.host = host if host is not None else HostSampler(clock)
         self._last_slow: float | None = None
         self._lock = threading.Lock()  # open() may be started early on another thread
         self._closed = False
@@ -120,6 +123,7 @@ class Sampler:
             host_processes=hosts,
             unreadable_fds=len(scan.unreadable) if scan else 0,
             agents=self.agents.poll(),
+            host=self.host.read(),
         )
         if self.history is not None:
             self.history.add(snap)

@@ -1,27 +1,37 @@
-"""One pane per GPU: a summary line, then utilization and memory sparklines (or one line when compact)."""
+"""The GPU area: panes (a summary line, util and memory sparklines), two columns of panes, or one line
+per GPU with both sparklines. Which one, and how tall the sparklines are, is gputui.ui.layout's call.
+
+The summary line holds more fields than a narrow terminal has room for. Each field has a priority: the
+least useful go first, and a line that lost any ends with `…` (see `fit_fields`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rich.style import Style
 
+from gputui import cells
 from gputui.collect.history import History
 from gputui.model import GpuSample, Snapshot
+from gputui.ui import layout as layouts
 from gputui.ui.canvas import Cell, CellCanvas, Line
+from gputui.ui.layout import AUTO, LABEL, Field, GpuLayout, Segment, fit_fields
 from gputui.ui.palette import Palette
-from gputui.ui.spark import BucketSeries, SparkView, bucket_seconds, draw
-from gputui.units import NA
+from gputui.ui.spark import BucketSeries, bucket_seconds, draw_rows, view_start
+from gputui.units import NA, fmt_bytes
 
-FULL_LINES = 3
-_LABEL = 8  # "    util" before a sparkline (its value is on the summary line: shown once, sent once)
+FULL_LINES = 3  # a pane with one-row sparklines: summary, util, mem
+PANE_NAME = 22
+CHROME_ROWS = 6  # header (2), the panes' bottom margin, the table's header, status line, key bar
+# Most telling first: two thermal reasons must not be the ones a narrow line loses.
 _REASONS = {
-    "sw_power_cap": "power cap",
-    "hw_slowdown": "HW slowdown",
-    "sw_thermal": "thermal",
     "hw_thermal": "HW thermal",
+    "sw_thermal": "thermal",
+    "hw_slowdown": "HW slowdown",
     "hw_power_brake": "power brake",
+    "sw_power_cap": "power cap",
     "sync_boost": "sync boost",
 }
 
@@ -30,33 +40,25 @@ _REASONS = {
 class _Track:
     util: BucketSeries
     mem: BucketSeries
-    view: SparkView = field(default_factory=SparkView)
-    _drawn: dict[str, tuple[tuple[object, ...], list[Cell]]] = field(default_factory=dict)
+    _drawn: dict[str, tuple[tuple[object, ...], list[list[Cell]]]] = field(default_factory=dict)
 
-    def cells(
+    def rows(
         self,
         name: str,
         series: BucketSeries,
-        start: int,
         width: int,
+        rows: int,
         style_for: Callable[[float | None], Style],
         marked: frozenset[int] = frozenset(),
         mark: Style | None = None,
-    ) -> list[Cell]:
-        """The sparkline's cells, redrawn only when its newest bucket, view, style or dips changed."""
-        key = (
-            series.buckets[-1] if series.buckets else None,
-            len(series.buckets),
-            start,
-            width,
-            style_for,
-            marked,
-            mark,
-        )
+    ) -> list[list[Cell]]:
+        """The sparkline's rows, newest bucket at the right edge; redrawn only when its newest bucket,
+        size, style or dips changed."""
+        key = (series.buckets[-1] if series.buckets else None, width, rows, style_for, marked, mark)
         drawn = self._drawn.get(name)
         if drawn is None or drawn[0] != key:
-            cells = draw(Line(), series, start, width, style_for, marked, mark).cells
-            drawn = self._drawn[name] = (key, cells)
+            start = view_start(series.latest, width)
+            drawn = self._drawn[name] = (key, draw_rows(series, start, width, rows, style_for, marked, mark))
         return drawn[1]
 
 
@@ -65,7 +67,8 @@ def short_name(name: str | None) -> str:
 
 
 def throttled(g: GpuSample) -> list[str]:
-    return [_REASONS[r] for r in g.throttle_reasons or () if r in _REASONS]
+    reasons = set(g.throttle_reasons or ())
+    return [label for key, label in _REASONS.items() if key in reasons]
 
 
 class GpuPanes(CellCanvas):
@@ -75,20 +78,86 @@ class GpuPanes(CellCanvas):
         super().__init__(id=id)
         self.history = history
         self.snapshot: Snapshot | None = None
-        self.compact = False
         self.selected_gpu: int | None = None
-        self.interval = 1.0
+        self._interval = 1.0
         self.window = 300.0  # seconds the sparklines show at least; [ and ] zoom
         # gpu -> (first, last sample time) of the recent dips
         self.dips: dict[int, list[tuple[float, float]]] = {}
         self.palette = Palette.default()
+        self.choice = AUTO  # what `v` picked (persisted by name); AUTO: the engine decides
+        self.gpu_layout: GpuLayout = layouts.choose(1, 80, 20)
+        self._room: tuple[int, int] | None = None  # (width, rows shared with the table), from fit_room()
         self._tracks: dict[int, _Track] = {}
         self._bucket_s = 0.0
+        self._names = 14  # cells of the widest GPU name
+
+    # -- layout ------------------------------------------------------------------------------------
+
+    @property
+    def compact(self) -> bool:
+        """One line per GPU."""
+        return self.gpu_layout.kind == "lines"
+
+    @property
+    def layout_name(self) -> str:
+        """The user's choice, for the settings file: "auto", "panes", "columns" or "lines"."""
+        return self.choice
+
+    def fit_room(self, width: int, rows: int) -> None:
+        """The room: the terminal's width and the rows the GPU area shares with the process table."""
+        self._room = (width, rows)
+        self._relayout()
+
+    def set_layout(self, name: str) -> None:
+        """A saved or picked choice; an unknown name (an old settings file) is AUTO."""
+        self.choice = name if name in layouts.CHOICES else AUTO
+        self._relayout()
+
+    def cycle_layout(self) -> str:
+        """The `v` key: auto → panes → columns → lines → auto. Returns the new choice."""
+        self.set_layout(layouts.next_choice(self.choice))
+        return self.choice
+
+    def set_mode(self, compact: bool) -> None:
+        """Kept for app.py until it calls fit_room() itself: the room is taken from the app's size and
+        the layout engine decides (`compact` was the app's own guess; the user's `v` choice stands)."""
+        del compact
+        if self.is_attached:
+            size = self.app.size
+            self._room = (size.width, max(1, size.height - CHROME_ROWS))
+        self._relayout()
+
+    def _relayout(self) -> None:
+        snap = self.snapshot
+        width, rows = self._room or (max(self.size.width, 1), 40)
+        n = len(snap.gpus) if snap else 1
+        self._names = max((cells.width(short_name(g.name)) for g in snap.gpus), default=4) if snap else 14
+        new = layouts.choose(n, width, rows, name_width=self._names, prefer=self.choice)
+        if new != self.gpu_layout:
+            self.gpu_layout = new
+            if self.styles.height is None or self.styles.height.value != new.height:
+                self.styles.height = new.height
+            self._rebucket()
+            self.redraw()
 
     # -- data in -----------------------------------------------------------------------------------
 
+    @property
+    def interval(self) -> float:
+        return self._interval
+
+    @interval.setter
+    def interval(self, seconds: float) -> None:
+        """A new refresh interval changes the bucket size: the sparklines are rebuilt at once."""
+        if seconds != self._interval:
+            self._interval = seconds
+            self._rebucket()
+
     def show(self, snap: Snapshot) -> None:
+        old = self.snapshot
         self.snapshot = snap
+        if old is None or len(old.gpus) != len(snap.gpus):
+            self._relayout()
         for g in snap.gpus:
             track = self._tracks.get(g.index)
             if track is None:
@@ -97,23 +166,12 @@ class GpuPanes(CellCanvas):
                 util, mem = (None, None) if g.lost else (g.util_gpu, g.mem_percent)
                 track.util.add(snap.time, util)
                 track.mem.add(snap.time, mem)
-        lines = len(snap.gpus) * (1 if self.compact else FULL_LINES)
-        if self.styles.height is None or self.styles.height.value != lines:
-            self.styles.height = lines
+        if self.styles.height is None or self.styles.height.value != self.gpu_layout.height:
+            self.styles.height = self.gpu_layout.height
         self.redraw()
 
-    def set_mode(self, compact: bool) -> None:
-        if compact != self.compact:
-            self.compact = compact
-            self._tracks.clear()  # the sparkline width changes: rebuild buckets from history
-            if self.snapshot is not None:
-                self.show(self.snapshot)
-
-    def _spark_width(self, width: int) -> int:
-        return max(10, min(40, width // 4)) if self.compact else max(10, width - _LABEL - 1)
-
     def _new_track(self, index: int) -> _Track:
-        capacity = 4 * max(self.size.width, 80)  # buckets: several screens' worth
+        capacity = 4 * max(self.gpu_layout.column_widths[0], 80)  # buckets: several screens' worth
         bucket = self._bucket_s or 5.0
         track = _Track(BucketSeries(bucket, capacity), BucketSeries(bucket, capacity))
         h = self.history.gpus.get(index)
@@ -123,15 +181,32 @@ class GpuPanes(CellCanvas):
         return track
 
     def set_window(self, seconds: float) -> None:
-        """Zoom: the time the sparklines cover (at least; they jump-scroll)."""
+        """Zoom: the time the sparklines cover (at least)."""
         self.window = seconds
-        self.on_resize()
+        self._rebucket()
+        self.redraw()
 
     def rebuild(self) -> None:
         """History was replaced (a replay seek): draw every sparkline from it again."""
-        self._tracks.clear()
         self._bucket_s = 0.0
-        self.on_resize()
+        self._rebucket(force=True)
+        self.redraw()
+
+    def _rebucket(self, force: bool = False) -> None:
+        """Bucket size from the sparkline width, the interval and the window; a new size (or a new
+        width, whose capacity differs) rebuilds every series from history."""
+        spark = min(self.gpu_layout.spark_width, self.gpu_layout.mem_spark_width)
+        bucket = bucket_seconds(spark, self._interval, self.window)
+        if force or bucket != self._bucket_s or self._tracks_too_short():
+            self._bucket_s = bucket
+            self._tracks.clear()
+            if self.snapshot is not None:
+                for g in self.snapshot.gpus:
+                    self._tracks[g.index] = self._new_track(g.index)
+
+    def _tracks_too_short(self) -> bool:
+        capacity = 4 * max(self.gpu_layout.column_widths[0], 80)
+        return any(t.util.buckets.maxlen != capacity for t in self._tracks.values())
 
     def marked_buckets(self, gpu: int) -> frozenset[int]:
         """The util buckets a dip touches, for the sparkline markers."""
@@ -141,97 +216,198 @@ class GpuPanes(CellCanvas):
         )
 
     def on_resize(self) -> None:
-        bucket = bucket_seconds(self._spark_width(self.size.width), self.interval, self.window)
-        if bucket != self._bucket_s:
-            self._bucket_s = bucket
-            self._tracks.clear()
-            if self.snapshot is not None:
-                for g in self.snapshot.gpus:
-                    self._tracks[g.index] = self._new_track(g.index)
+        if self._room is not None and self._room[0] != self.size.width and self.size.width > 0:
+            self._room = (self.size.width, self._room[1])
+            self._relayout()
         super().on_resize()
 
     # -- drawing -----------------------------------------------------------------------------------
 
     def build(self, width: int) -> list[Line]:
-        if self.snapshot is None:
+        snap = self.snapshot
+        if snap is None:
             return []
+        lay = self.gpu_layout
+        if lay.kind == "lines":
+            return [self._gpu_line(g, self._tracks.get(g.index)) for g in snap.gpus]
+        if lay.columns == 1:
+            return [ln for g in snap.gpus for ln in self._pane(g, self._tracks.get(g.index), width)]
+        return self._two_columns(snap.gpus, lay.column_widths)
+
+    def _two_columns(self, gpus: tuple[GpuSample, ...], widths: tuple[int, ...]) -> list[Line]:
+        """GPUs down the left column first, then the right (index order reads top to bottom)."""
+        per_pane = self.gpu_layout.rows_per_gpu
+        half = math.ceil(len(gpus) / 2)
+        left, right = widths
         out: list[Line] = []
-        for g in self.snapshot.gpus:
-            track = self._tracks.get(g.index)
-            if self.compact:
-                out.append(self._compact_line(g, track, width))
-            else:
-                out.extend(self._full_lines(g, track, width))
+        for slot in range(half):
+            a = self._pane(gpus[slot], self._tracks.get(gpus[slot].index), left)
+            b = (
+                self._pane(gpus[half + slot], self._tracks.get(gpus[half + slot].index), right)
+                if half + slot < len(gpus)
+                else [Line() for _ in range(per_pane)]
+            )
+            for la, lb in zip(a, b, strict=True):
+                line = Line()
+                line.cells = la.fit(left) + lb.fit(right)
+                out.append(line)
         return out
 
     def _busy(self, g: GpuSample) -> bool:
         return self.snapshot is not None and any(p.gpu == g.index for p in self.snapshot.processes)
 
-    def _title(self, g: GpuSample, line: Line, name_width: int) -> None:
-        p = self.palette
+    def _title(self, g: GpuSample, name_width: int) -> Segment:
         marker = "▶" if g.index == self.selected_gpu else " "
-        line.add(f"{marker}{g.index:>2} {short_name(g.name)[:name_width]:<{name_width}} ", p.title)
+        return (f"{marker}{g.index:>2} {cells.pad(short_name(g.name), name_width)} ", self.palette.title)
 
-    def _full_lines(self, g: GpuSample, track: _Track | None, width: int) -> list[Line]:
+    def _pane(self, g: GpuSample, track: _Track | None, width: int) -> list[Line]:
         p = self.palette
+        rows = self.gpu_layout.spark_rows
+        # Both columns of panes line up: the name's room comes from the first column's width.
+        name_w = max(4, min(PANE_NAME, self._names, self.gpu_layout.column_widths[0] // 4))
+        title = self._title(g, name_w)
         head = Line()
-        self._title(g, head, 22)
         if g.lost:
-            head.add("LOST", p.error).add(" — NVML lost this GPU (off the bus?); it needs a reset", p.dim)
-            return [head, Line(), Line()]
-        self._metrics(g, head)
-        spark_w = self._spark_width(width)
-        lines = [head]
+            head.add(*title)
+            lost = (
+                Field.of(0, ("LOST", p.error)),
+                Field.of(1, (" — NVML lost this GPU; it needs a reset", p.dim)),
+            )
+            for text, style in fit_fields(lost, width - cells.width(title[0]), p.dim):
+                head.add(text, style)
+            return [head] + [Line() for _ in range(2 * rows)]
+        for text, style in fit_fields((Field.of(0, title), *self.fields(g)), width, p.dim):
+            head.add(text, style)
+        spark_w = max(1, width - LABEL)
+        out = [head]
         for label, series, style_for in (
             ("util", track.util if track else None, p.util_style(self._busy(g))),
             ("mem", track.mem if track else None, p.mem_style),
         ):
-            line = Line().add(f"    {label:<4}", p.dim)
+            if series is None or track is None:
+                out.extend(Line().add(f"    {label:<4}" if r == 0 else "", p.dim) for r in range(rows))
+                continue
+            marked = self.marked_buckets(g.index) if label == "util" else frozenset()
+            drawn = track.rows(label, series, spark_w, rows, style_for, marked, p.dip)
+            for r, cells_ in enumerate(drawn):
+                line = Line().add(f"    {label:<4}" if r == 0 else " " * LABEL, p.dim)
+                line.cells.extend(cells_)
+                out.append(line)
+        return out
+
+    def _gpu_line(self, g: GpuSample, track: _Track | None) -> Line:
+        p = self.palette
+        lay = self.gpu_layout
+        line = Line().add(*self._title(g, lay.name_width))
+        if g.lost:
+            room = (
+                lay.spark_width
+                + lay.mem_spark_width
+                + layouts.LINE_UTIL
+                + layouts.LINE_MEM
+                + lay.extras_width
+            )
+            return line.add(cells.cut("LOST — NVML lost this GPU; it needs a reset", room), p.error)
+        style_for = p.util_style(self._busy(g))
+        for label, series, spark_w, value in (
+            (
+                "util",
+                track.util if track else None,
+                lay.spark_width,
+                (" " + _pct(g.util_gpu), style_for(g.util_gpu)),
+            ),
+            (
+                "mem",
+                track.mem if track else None,
+                lay.mem_spark_width,
+                (" " + _mem_short(g), p.mem_style(g.mem_percent)),
+            ),
+        ):
+            if label == "mem":
+                line.add(" ")
             if series is not None and track is not None:
-                start = track.view.place(series.latest, spark_w)
                 marked = self.marked_buckets(g.index) if label == "util" else frozenset()
-                line.cells.extend(track.cells(label, series, start, spark_w, style_for, marked, p.dip))
+                colour = style_for if label == "util" else p.mem_style
+                line.cells.extend(track.rows(label, series, spark_w, 1, colour, marked, p.dip)[0])
             else:
                 line.add(" " * spark_w)
-            lines.append(line)
-        return lines
+            text, style = value
+            line.add(text, style)
+        for text, style in fit_fields(self.line_extras(g), lay.extras_width, p.dim):
+            line.add(text, style)
+        return line
 
-    def _metrics(self, g: GpuSample, line: Line) -> None:
+    # -- the fields of a summary line, most useful first to keep ------------------------------------
+
+    def fields(self, g: GpuSample) -> list[Field]:
+        """The pane's summary line after the title, in display order, each with its priority."""
         p = self.palette
-        line.add("UTIL ", p.dim).add(_pct(g.util_gpu), p.util_style(self._busy(g))(g.util_gpu))
-        line.add("  MEM ", p.dim).add(_mem(g), p.mem_style(g.mem_percent))
-        line.add("  ", p.dim).add(_num(g.temperature, "°C", 3), p.temp_style(g.temperature))
-        line.add("  ", p.dim).add(_power(g), p.power_style(g))
-        line.add("  SM ", p.dim).add(_num(g.sm_clock, " MHz", 4), p.plain)
-        line.add("  ", p.dim).add(f"P{g.pstate}" if g.pstate is not None else NA, p.plain)
+        busy = self._busy(g)
+        out = [
+            Field.of(0, ("UTIL ", p.dim), (_pct(g.util_gpu), p.util_style(busy)(g.util_gpu))),
+            Field.of(0, ("  MEM ", p.dim), (_mem(g), p.mem_style(g.mem_percent))),
+            Field.of(1, ("  ", p.dim), (_num(g.temperature, "°C", 3), p.temp_style(g.temperature))),
+            Field(2, tuple((("  ", p.dim), (text, p.power_style(g))) for text in _power(g))),
+        ]
         reasons = throttled(g)
         if reasons:
-            line.add("  ⚠ " + ", ".join(reasons), p.warning)
+            variants = [
+                ("  ⚠ " + ", ".join(reasons[:k]) + (f" +{len(reasons) - k}" if k < len(reasons) else ""),)
+                for k in range(len(reasons), 0, -1)
+            ]
+            out.append(Field(3, tuple(((text, p.warning),) for (text,) in variants)))
+        if g.ecc_errors:
+            out.append(Field.of(3, (f"  ECC {g.ecc_errors} errors", p.error)))
         if g.enc_util or g.dec_util:
-            line.add(f"  ENC {_pct(g.enc_util)} DEC {_pct(g.dec_util)}", p.plain)
-
-    def _compact_line(self, g: GpuSample, track: _Track | None, width: int) -> Line:
-        p = self.palette
-        line = Line()
-        self._title(g, line, 12)
-        if g.lost:
-            return line.add("LOST", p.error).add(" — needs a reset", p.dim)
-        spark_w = self._spark_width(width)
-        style_for = p.util_style(self._busy(g))
-        if track is not None:
-            start = track.view.place(track.util.latest, spark_w)
-            line.cells.extend(
-                track.cells(
-                    "util", track.util, start, spark_w, style_for, self.marked_buckets(g.index), p.dip
+            out.append(
+                Field.of(
+                    4,
+                    ("  ENC ", p.dim),
+                    (_pct(g.enc_util), p.plain),
+                    (" DEC ", p.dim),
+                    (_pct(g.dec_util), p.plain),
                 )
             )
-        line.add(" ").add(_pct(g.util_gpu), style_for(g.util_gpu))
-        line.add(" ").add(_mem(g, short=True), p.mem_style(g.mem_percent))
-        line.add(" ").add(_num(g.temperature, "°C", 3), p.temp_style(g.temperature))
-        line.add(" ").add(_num(g.power, "W", 4), p.power_style(g))
+        if g.fan is not None:
+            out.append(Field.of(5, ("  FAN ", p.dim), (f"{g.fan}%", p.plain)))
+        out.append(Field.of(6, ("  SM ", p.dim), (_num(g.sm_clock, " MHz", 4), p.plain)))
+        if g.pcie_rx is not None or g.pcie_tx is not None:
+            out.append(Field.of(7, ("  PCIe ", p.dim), (f"↓{_rate(g.pcie_rx)} ↑{_rate(g.pcie_tx)}", p.plain)))
+        out.append(Field.of(8, ("  ", p.dim), (f"P{g.pstate}" if g.pstate is not None else NA, p.plain)))
+        if g.nvlink_rx is not None or g.nvlink_tx is not None:
+            out.append(
+                Field.of(9, ("  NVLink ", p.dim), (f"↓{_rate(g.nvlink_rx)} ↑{_rate(g.nvlink_tx)}", p.plain))
+            )
+        if g.ecc_errors == 0:
+            out.append(
+                Field.of(
+                    10,
+                    ("  ECC ok", p.dim),
+                )
+            )
+        modes = _modes(g)
+        if modes:
+            out.append(Field.of(11, ("  " + modes, p.dim)))
+        return out
+
+    def line_extras(self, g: GpuSample) -> list[Field]:
+        """What a one-line GPU shows after its memory, in the same priority order."""
+        p = self.palette
+        out = [
+            Field.of(1, (" " + _num(g.temperature, "°C", 3), p.temp_style(g.temperature))),
+            Field.of(2, (" " + _num(g.power, "W", 4), p.power_style(g))),
+        ]
         if throttled(g):
-            line.add(" ⚠", p.warning)
-        return line
+            out.append(Field.of(3, (" ⚠", p.warning)))
+        if g.ecc_errors:
+            out.append(Field.of(3, (" ECC!", p.error)))
+        if g.enc_util or g.dec_util:
+            out.append(Field.of(4, (f" ENC{_pct(g.enc_util)} DEC{_pct(g.dec_util)}", p.plain)))
+        if g.fan is not None:
+            out.append(Field.of(5, (f" FAN {g.fan}%", p.plain)))
+        if g.pcie_rx is not None or g.pcie_tx is not None:
+            out.append(Field.of(7, (f" PCIe ↓{_rate(g.pcie_rx)} ↑{_rate(g.pcie_tx)}", p.plain)))
+        return out
 
 
 def _pct(v: float | None) -> str:
@@ -242,15 +418,41 @@ def _num(v: float | None, unit: str, width: int) -> str:
     return f"{v:>{width}.0f}{unit}" if v is not None else f"{NA:>{width}}{' ' * len(unit)}"
 
 
-def _mem(g: GpuSample, short: bool = False) -> str:
+def _mem(g: GpuSample) -> str:
     if g.mem_used is None or g.mem_total is None:
-        return f"{NA:>13}" if not short else f"{NA:>9}"
+        return f"{NA:>10}"
     used, total = g.mem_used / 2**30, g.mem_total / 2**30
-    return f"{used:>3.0f}/{total:.0f}G" if short else f"{used:>5.1f}/{total:.1f} GiB"
+    return f"{used:>4.1f}/{total:.1f}G"
 
 
-def _power(g: GpuSample) -> str:
+def _mem_short(g: GpuSample) -> str:
+    if g.mem_used is None or g.mem_total is None:
+        return f"{NA:>8}"
+    used, total = g.mem_used / 2**30, g.mem_total / 2**30
+    return f"{used:>3.0f}/{total:.0f}G"[:8].rjust(8)
+
+
+def _rate(v: float | None) -> str:
+    """Bytes per second, short: `1.2G/s`."""
+    if v is None:
+        return NA
+    return fmt_bytes(v).replace(" ", "").replace("iB", "") + "/s"
+
+
+def _modes(g: GpuSample) -> str:
+    parts = []
+    if g.persistence_mode is not None:
+        parts.append("persist " + ("on" if g.persistence_mode else "off"))
+    if g.compute_mode:
+        parts.append(g.compute_mode)
+    return "  ".join(parts)
+
+
+def _power(g: GpuSample) -> tuple[str, ...]:
+    """The draw and its limit, then the draw alone (for a narrow line)."""
     if g.power is None:
-        return f"{NA:>9}"
-    limit = f"/{g.power_limit:.0f}" if g.power_limit is not None else ""
-    return f"{g.power:>3.0f}{limit} W"
+        return (f"{NA:>4}",)
+    draw = f"{g.power:>3.0f}W"
+    if g.power_limit is None:
+        return (draw,)
+    return (f"{g.power:>3.0f}/{g.power_limit:.0f}W", draw)

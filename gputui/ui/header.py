@@ -1,17 +1,22 @@
-"""The one-line header: host, versions, clock, refresh interval, and the DEMO / PAUSED badges."""
+"""The header: host, versions, clock, refresh interval and the DEMO / PAUSED badges; below it the host's
+CPU, memory, swap, load and uptime, as htop and nvitop show them."""
 
 from __future__ import annotations
 
 import time
 
-from gputui.model import Snapshot
+from gputui import cells
+from gputui.model import HostStats, Snapshot
 from gputui.ui.canvas import CellCanvas, Line
+from gputui.ui.layout import Field, fit_fields
 from gputui.ui.palette import Palette
-from gputui.units import NA
+from gputui.units import NA, fmt_bytes
+
+HEADER_LINES = 2
 
 
 class HeaderBar(CellCanvas):
-    DEFAULT_CSS = "HeaderBar { height: 1; }"
+    DEFAULT_CSS = f"HeaderBar {{ height: {HEADER_LINES}; }}"
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -43,8 +48,79 @@ class HeaderBar(CellCanvas):
         if snap.errors:
             badges.add("  ⚠ " + snap.errors[-1], p.warning)
         # PAUSED and the latest error matter more than the versions: on a narrow terminal those go.
-        if len(line) + len(versions) + len(clock) + min(len(badges), 12) > width:
+        if _cells(line) + _cells(versions) + _cells(clock) + min(_cells(badges), 12) > width:
             versions = Line()
         for part in (versions, clock, badges):
             line.cells.extend(part.cells)
-        return [line]
+        return [line, self._host_line(snap.host, width)]
+
+    def _host_line(self, host: HostStats | None, width: int) -> Line:
+        line = Line().add(" ")
+        for text, style in fit_fields(self.host_fields(host), width - 1, self.palette.dim):
+            line.add(text, style)
+        return line
+
+    def host_fields(self, host: HostStats | None) -> list[Field]:
+        """CPU and memory are never dropped; then load, swap and uptime, in that order of use."""
+        p = self.palette
+        if host is None:  # a recording made before host stats were sampled
+            return [Field.of(0, ("host: CPU, memory and load not recorded", p.dim))]
+        cpus = f" of {host.cpu_count}" if host.cpu_count else ""
+        cpu = f"{host.cpu_percent:5.1f}%" if host.cpu_percent is not None else f"{NA:>6}"
+        cpu_style = p.warning if host.cpu_percent is not None and host.cpu_percent >= 90 else p.plain
+        mem_pct = _share(host.mem_used, host.mem_total)
+        mem_style = p.error if mem_pct >= 97 else p.warning if mem_pct >= 90 else p.plain
+        swap_pct = _share(host.swap_used, host.swap_total)
+        out = [
+            Field.of(0, ("CPU ", p.dim), (cpu, cpu_style), (cpus, p.dim)),
+            Field(
+                0,
+                (
+                    (("  MEM ", p.dim), (_used_of(host.mem_used, host.mem_total), mem_style)),
+                    (("  MEM ", p.dim), (f"{mem_pct:.0f}%" if host.mem_total else NA, mem_style)),
+                ),
+            ),
+        ]
+        if host.load is not None:
+            overloaded = host.cpu_count is not None and host.load[0] > host.cpu_count
+            loads = " ".join(f"{v:.2f}" for v in host.load)
+            out.append(
+                Field(
+                    1,
+                    (
+                        (("  LOAD ", p.dim), (loads, p.warning if overloaded else p.plain)),
+                        (("  LOAD ", p.dim), (f"{host.load[0]:.2f}", p.warning if overloaded else p.plain)),
+                    ),
+                )
+            )
+        if host.swap_total:
+            swap_style = p.warning if swap_pct >= 50 else p.plain
+            out.append(
+                Field.of(2, ("  SWP ", p.dim), (_used_of(host.swap_used, host.swap_total), swap_style))
+            )
+        if host.uptime is not None:
+            out.append(Field.of(3, ("  UP ", p.dim), (uptime(host.uptime), p.plain)))
+        return out
+
+
+def _cells(line: Line) -> int:
+    return cells.width("".join(ch for ch, _ in line.cells))
+
+
+def _share(used: int | None, total: int | None) -> float:
+    return 100.0 * used / total if used is not None and total else 0.0
+
+
+def _used_of(used: int | None, total: int | None) -> str:
+    if used is None or total is None:
+        return NA
+    return f"{fmt_bytes(used)}/{fmt_bytes(total)}"
+
+
+def uptime(seconds: float) -> str:
+    """`3d 04:12` or `04:12` (hours:minutes), as `uptime` prints it."""
+    minutes = int(seconds // 60)
+    days, minutes = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(minutes, 60)
+    clock = f"{hours:02d}:{minutes:02d}"
+    return f"{days}d {clock}" if days else clock
