@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import stat
 import sys
 from collections.abc import Callable, Collection, Mapping
@@ -494,10 +493,15 @@ def _check_owner(path: Path, st: os.stat_result, euid: int) -> None:
         )
 
 
+def _temporary_name(name: str) -> str:
+    """Hidden, beside the file, and unguessable (os.urandom, not `secrets`: that import costs more)."""
+    return f".{name}.{os.urandom(8).hex()}.tmp"
+
+
 def _replace_atomically(directory: int, name: str, data: bytes) -> None:
     """A new file in full, or the old one untouched: write a temporary file, fsync, rename over. O_EXCL and
     O_NOFOLLOW: the temporary name is never an existing file or a symlink planted to redirect the write."""
-    temporary = f".{name}.{secrets.token_hex(8)}.tmp"
+    temporary = _temporary_name(name)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(temporary, flags, 0o600, dir_fd=directory)
     try:

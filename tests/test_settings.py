@@ -495,7 +495,7 @@ def test_the_temporary_file_never_follows_a_symlink(
 ) -> None:
     """A link planted at the temporary name (here made predictable) is never written through."""
     victim = write(tmp_path / "elsewhere" / "victim", "precious\n")
-    monkeypatch.setattr(settings.secrets, "token_hex", lambda _n: "fixed")
+    monkeypatch.setattr(settings, "_temporary_name", lambda name: f".{name}.fixed.tmp")
     config.parent.mkdir(parents=True)
     planted = config.parent / ".config.toml.fixed.tmp"
     planted.symlink_to(victim)
@@ -588,3 +588,17 @@ def _in_a_child_as_nobody(work: Callable[[], str]) -> str:
         result = pipe.read()
     os.waitpid(pid, 0)
     return result
+
+
+def test_no_textual_no_rich() -> None:
+    """The command line reads the settings before (or without) the UI: the module stays standard library."""
+    import subprocess
+
+    child = (
+        "import sys, gputui.settings; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich') "
+        "or m.startswith('gputui.ui')))"
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
