@@ -37,6 +37,7 @@ MAX_BYTES = 64 * 1024  # a settings file is a few hundred bytes: anything bigger
 INTERVAL_RANGE = (0.1, 3600.0)  # as `--interval` accepts
 ZOOM_RANGE = (60.0, 3600.0)  # sparkline window: a minute up to the hour the history keeps
 MAX_NAME = 64  # theme, layout and column names are short identifiers
+SHOW_ALLOWED = 8  # the known names a warning lists: it is one line (Textual has some 20 themes)
 # The settings whose strings the app can restrict to the values it knows (load's `allowed`).
 NAMED = ("theme", "layout", "sort", "hidden_columns")
 USE_TOMLLIB = sys.version_info >= (3, 11)  # the tests turn it off to run the 3.10 reader's path
@@ -59,8 +60,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         # The app builds these with dataclasses.replace: a value `load` would refuse is a bug, found here
-        # rather than in the next start's warning.
-        # Normalized too: an int interval becomes a float, a list of columns a tuple (hashable).
+        # rather than in the next start's warning. Normalized too: an int interval becomes a float, a list
+        # of columns a tuple (hashable).
         for f in fields(self):
             object.__setattr__(self, f.name, _CHECKS[f.name](getattr(self, f.name), None))
 
@@ -104,7 +105,9 @@ def _name(value: Any, allowed: Collection[str] | None) -> str:
     if not value or len(value) > MAX_NAME or not value.isprintable():
         raise SettingsError(f"{_shown(value)} is not a name")
     if allowed is not None and value not in allowed:
-        raise SettingsError(f"{_shown(value)} is not one of {', '.join(sorted(allowed))}")
+        known = sorted(allowed)
+        listed = ", ".join(known[:SHOW_ALLOWED]) + (", …" if len(known) > SHOW_ALLOWED else "")
+        raise SettingsError(f"{_shown(value)} is not one of {listed}")
     return value
 
 
@@ -391,7 +394,7 @@ def _is_control(ch: str) -> bool:
 # -- save ----------------------------------------------------------------------------------------------
 
 HEADER = """\
-# gputui settings, written by gputui when you change them in the app.
+# gputui settings, written by gputui when you change them in the app (other comments are not kept).
 # A line starting with # is a setting at its default: remove the # and edit the value to choose.
 # A bad value is read as its default, with one warning line.
 """

@@ -297,6 +297,14 @@ def test_control_characters_in_a_key_never_reach_the_warning(config: Path) -> No
     assert warning is not None and "\x1b" not in warning and "\x07" not in warning
 
 
+def test_a_long_list_of_known_names_is_cut_in_the_warning(config: Path) -> None:
+    themes = tuple(f"theme-{i:02}" for i in range(20))
+    write(config, 'theme = "nope"\n')
+    warning = load(config, {"theme": themes})[1]
+    assert_one_line(warning, config, "theme-00, theme-01", "theme-07, …")
+    assert warning is not None and "theme-08" not in warning
+
+
 def test_a_long_value_is_cut_in_the_warning(config: Path) -> None:
     write(config, f'theme = "{"x" * 60}"\n')
     warning = load(config, ALLOWED)[1]
