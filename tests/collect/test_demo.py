@@ -271,6 +271,58 @@ def test_close_ends_every_process_and_removes_the_files(opened: tuple[DemoSource
     assert not devices_dir.exists()
 
 
+def _reaped(pid: int, started: float) -> bool:
+    """No process of that pid and start time is left, not even a zombie."""
+    try:
+        return abs(psutil.Process(pid).create_time() - started) > 0.01  # a later process got the PID
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_a_killed_trainer_is_reaped_and_leaves_its_gpu(
+    opened: tuple[DemoSource, DemoTree], sig: signal.Signals
+) -> None:
+    src, tree = opened
+    trainer = tree.trainers[1]  # GPU 1 of 3: no leaked memory, no ghost on it
+    started = trainer.create_time()
+    before = src.read(slow=True)
+    assert [p.pid for p in before.processes if p.gpu == 1] == [trainer.pid]
+    assert before.gpus[1].mem_used and before.gpus[1].mem_used > 0
+    os.kill(trainer.pid, sig)
+    # Our child: until someone reaps it, it is a zombie of this process (of gputui).
+    assert _wait_until(lambda: _not_running(trainer) or trainer.status() == psutil.STATUS_ZOMBIE, 3.0)
+    after = src.read(slow=True)
+    assert _reaped(trainer.pid, started), "the demo left its trainer a zombie"
+    assert [p for p in after.processes if p.gpu == 1] == []
+    gpu = after.gpus[1]
+    assert (gpu.util_gpu, gpu.util_mem, gpu.mem_used) == (0, 0, 0)
+    assert gpu.throttle_reasons == ("gpu_idle",) and gpu.pstate == 8
+    assert gpu.power is not None and gpu.power < 100.0
+    # The other trainers run on.
+    assert {p.gpu for p in after.processes if p.pid in (tree.trainers[0].pid, tree.trainers[2].pid)} == {0, 2}
+    assert src.running_trainers() == [tree.trainers[0].pid, None, tree.trainers[2].pid]
+
+
+def test_a_killed_trainer_0_keeps_only_the_orphan_s_leak(opened: tuple[DemoSource, DemoTree]) -> None:
+    src, tree = opened
+    os.kill(tree.trainers[0].pid, signal.SIGKILL)
+    assert _wait_until(lambda: src.running_trainers()[0] is None, 3.0)
+    gpu = src.read(slow=False).gpus[0]
+    assert gpu.util_gpu == 0 and gpu.mem_used == GIB + GIB // 2  # the orphan's, unaccounted
+
+
+def test_a_dead_trainer_s_gpu_idles_in_the_simulation(cleanup: list[object]) -> None:
+    src = DemoSource(gpus=2, seed=0, clock=FakeClock())
+    cleanup.append(src)
+    src.ghost_pid = 48213  # open() would pick a free one
+    reading = src.reading_at(300.0, True, [4242, None])
+    assert [(p.gpu, p.pid) for p in reading.processes] == [(0, 4242), (1, 48213)]
+    busy, idle = reading.gpus
+    assert busy.util_gpu and busy.util_gpu > 10 and busy.mem_used and busy.mem_used > 40 * GIB
+    assert idle.util_gpu == 0 and idle.mem_used == GIB  # only the ghost's
+
+
 def test_close_without_open_is_harmless() -> None:
     src = DemoSource(gpus=2)
     src.close()
