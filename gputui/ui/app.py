@@ -311,7 +311,12 @@ class GpuTuiApp(BaseApp):
         self._failing = (message.error, failed + 1)
         if message.error != last:  # one toast per distinct error, not one per failing tick
             self.notify(message.error, severity="error", markup=False)
-        self.say(f"{message.error} ({failed + 1} ticks in a row): the last good frame is shown", "error")
+        # Said again at each failed tick: it stays until the next one could say it, however slow.
+        self.say(
+            f"{message.error} ({failed + 1} ticks in a row): the last good frame is shown",
+            "error",
+            expire_s=max(10.0, 2 * self.interval + 1),
+        )
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         if not self.screen_stack:  # the app is closing: a snapshot that arrives now has nowhere to go

@@ -118,9 +118,10 @@ class BaseApp(App[int]):
 
         self.push_screen(HelpScreen(self.KEYS_HELP))
 
-    def say(self, message: str, severity: str = "information") -> None:
-        """A status message; it clears itself after a few seconds. Without a status line, a toast."""
+    def say(self, message: str, severity: str = "information", expire_s: float | None = None) -> None:
+        """A status message; it clears itself after a few seconds (`expire_s`: after that long instead).
+        Without a status line, a toast."""
         if self.status_line is not None:
-            self.status_line.say(message, severity)
+            self.status_line.say(message, severity, expire_s)
         elif message:
             self.notify(message, severity="error" if severity == "error" else "information", markup=False)

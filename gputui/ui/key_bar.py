@@ -10,6 +10,7 @@ from __future__ import annotations
 from textual import events
 from textual.screen import Screen
 
+from gputui.cells import width as cells
 from gputui.ui.canvas import CellCanvas, Line
 
 
@@ -72,11 +73,11 @@ class KeyBar(CellCanvas):
             spans.append((x0, len(line), key, enabled))
 
         for hint in hints:  # whole hints only: the ones that do not fit are left out
-            if len(line) + len(hint[1]) + len(hint[2]) + 3 > width:
+            if len(line) + cells(hint[1]) + cells(hint[2]) + 3 > width:
                 break
             add(hint)
         if palette is not None:  # at the right end, as in Textual's footer, when there is room
-            room = width - len(line) - len(palette[1]) - len(palette[2]) - 3
+            room = width - len(line) - cells(palette[1]) - cells(palette[2]) - 3
             if room >= 0:
                 line.add(" " * room)
                 add(palette)
