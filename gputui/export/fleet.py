@@ -12,11 +12,13 @@ whose exporter stopped stays listed (stale, with its last values) until it drops
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gputui.collect.dips import MIN_DROP
 from gputui.export.promql import (
     AccessDenied,
     BadAnswer,
@@ -190,6 +192,42 @@ class FleetView:
 def within(value: float | None, bounds: tuple[float, float]) -> float | None:
     """`value` if it lies within `bounds`, else None (unknown)."""
     return value if value is not None and bounds[0] <= value <= bounds[1] else None
+
+
+@dataclass(frozen=True, slots=True)
+class SparkCell:
+    """One sparkline cell over a share of a series: its mean (NaN before the series' first sample, None
+    for a gap in it), and whether the share fell into a dip."""
+
+    mean: float | None
+    dip: bool = False
+
+
+def spark_cells(series: tuple[float | None, ...], cells: int, dips: bool = True) -> list[SparkCell]:
+    """`cells` cells from `series`, each its share's mean: a host at 80 % reads as 80 %, not as the
+    lowest point of every share. With `dips`, a share whose lowest point is a dip (the main view's rule:
+    under half the GPU's busy level and at least MIN_DROP points below it) is marked, so a dip shorter
+    than a cell still shows."""
+    if not series or cells <= 0:
+        return [SparkCell(math.nan)] * max(0, cells)
+    known = [v for v in series if v is not None]
+    busy = statistics.median(known) if dips and known else None
+    out: list[SparkCell] = []
+    n = len(series)
+    for c in range(cells):
+        lo = c * n // cells
+        share = [v for v in series[lo : max(lo + 1, (c + 1) * n // cells)] if v is not None]
+        if not share:
+            out.append(SparkCell(None))
+            continue
+        low = min(share)
+        dip = busy is not None and low < busy / 2 and busy - low >= MIN_DROP
+        out.append(SparkCell(math.fsum(share) / len(share), dip))
+    for i, cell in enumerate(out):  # before the first sample: no data yet, not a gap
+        if cell.mean is not None:
+            break
+        out[i] = SparkCell(math.nan)
+    return out
 
 
 def on_grid(

@@ -8,12 +8,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 
+from gputui.cells import pad
 from gputui.export.fleet import FleetHost, FleetView, HostDetail
 from gputui.ui.canvas import CellCanvas, Line
-from gputui.ui.fleet_table import MIB, compress, mem_text, spark_glyph, state_text
+from gputui.ui.fleet_table import MIB, add_spark, mem_text, state_text
 from gputui.ui.key_bar import KeyBar
 from gputui.ui.palette import Palette
-from gputui.ui.process_table import fit
 from gputui.units import NA, fmt_bytes
 
 
@@ -69,13 +69,13 @@ class HostView(CellCanvas, can_focus=True):
             p.header,
         )
         lines.append(
-            head.add(fit("UTIL " + window_label(view.end - view.start), spark + 1), p.header).add(
+            head.add(pad("UTIL " + window_label(view.end - view.start), spark + 1), p.header).add(
                 "MEM", p.header
             )
         )
         util_style = p.util_style(True)
         for g in host.gpus:
-            line = Line().add(f" {g.gpu:>3} ", p.plain).add(fit(g.model or NA, 22) + " ", p.dim)
+            line = Line().add(f" {g.gpu:>3} ", p.plain).add(pad(g.model or NA, 22) + " ", p.dim)
             line.add(f"{NA if g.util is None else f'{g.util:.0f}%':>5} ", util_style(g.util))
             mem = (
                 NA
@@ -89,11 +89,8 @@ class HostView(CellCanvas, can_focus=True):
             )
             line.add(f"{NA if g.power is None else f'{g.power:.0f}W':>6} ", p.plain)
             line.add(f"{NA if g.dips is None else f'{g.dips:.0f}':>4}  ", p.warning if g.dips else p.plain)
-            for v in compress(g.series, spark):
-                line.add(spark_glyph(v), util_style(v))
-            line.add(" ")
-            for v in compress(detail.mem_series.get(g.gpu, ()) if detail else (), spark):
-                line.add(spark_glyph(v), p.mem_style(v))
+            add_spark(line, g.series, spark, util_style, p.dip).add(" ")
+            add_spark(line, detail.mem_series.get(g.gpu, ()) if detail else (), spark, p.mem_style, None)
             lines.append(line)
         lines.append(Line().add(f" {len(host.gpus)} GPUs · {mem_text(host)} used", p.dim))
         lines.append(Line())
@@ -135,10 +132,10 @@ class HostView(CellCanvas, can_focus=True):
             lines.append(
                 Line()
                 .add(
-                    f" {proc.gpu:>3} {proc.pid:>8} {fit(proc.user or NA, 10)} {fmt_bytes(proc.memory):>9} ",
+                    f" {proc.gpu:>3} {proc.pid:>8} {pad(proc.user or NA, 10)} {fmt_bytes(proc.memory):>9} ",
                     p.plain,
                 )
-                .add(fit(proc.category, 13) + " ", style)
+                .add(pad(proc.category, 13) + " ", style)
                 .add(proc.command, p.plain)
             )
         return [*lines, Line()]

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.style import Style
 from textual.message import Message
 
-from gputui.export.fleet import FleetHost
+from gputui.cells import pad
+from gputui.export.fleet import FleetHost, spark_cells
 from gputui.ui.canvas import PLAIN, Line
 from gputui.ui.cursor_table import CursorTable
 from gputui.ui.palette import Palette
-from gputui.ui.process_table import fit
-from gputui.ui.spark import glyph
+from gputui.ui.spark import DIP_GLYPH, glyph
 from gputui.units import NA, fmt_duration
 
 MIB = 1024 * 1024
@@ -41,27 +42,28 @@ COLUMNS = (
 FIXED_WIDTH = sum(c.width + 1 for c in COLUMNS)
 
 
-def compress(series: tuple[float | None, ...], cells: int) -> list[float | None]:
-    """`cells` values from `series`: each cell the minimum of its share, so a dip stays visible.
-    NaN stands for "no data yet" (before the series' first sample), None for a gap inside it."""
-    if not series or cells <= 0:
-        return [math.nan] * max(0, cells)
-    out: list[float | None] = []
-    n = len(series)
-    for c in range(cells):
-        part = [
-            v for v in series[c * n // cells : max(c * n // cells + 1, (c + 1) * n // cells)] if v is not None
-        ]
-        out.append(min(part) if part else None)
-    for i, v in enumerate(out):
-        if v is not None:
-            break
-        out[i] = math.nan
-    return out
-
-
 def spark_glyph(value: float | None) -> str:
     return " " if value is not None and math.isnan(value) else glyph(value)
+
+
+def add_spark(
+    line: Line,
+    series: tuple[float | None, ...],
+    cells: int,
+    style_for: Callable[[float | None], Style],
+    dip: Style | None,
+) -> Line:
+    """`cells` cells of `series`, each its share's mean (export.fleet.spark_cells). With `dip` (None: a
+    series without dips, memory), cells in a dip get that style laid over and the first of each dip
+    DIP_GLYPH, as in the main view: a dip shows with NO_COLOR too."""
+    in_dip = False
+    for cell in spark_cells(series, cells, dips=dip is not None):
+        text, style = spark_glyph(cell.mean), style_for(cell.mean)
+        if cell.dip and dip is not None:
+            text, style = (text if in_dip else DIP_GLYPH), style + dip
+        in_dip = cell.dip
+        line.add(text, style)
+    return line
 
 
 def _age(seconds: float) -> str:
@@ -113,7 +115,7 @@ class FleetTable(CursorTable):
             label = col.label
             if col.sort is not None and (col.sort == self.sort or (col.sort, self.sort) == ("busy", "idle")):
                 label += "▲" if self.sort in ("idle", "name") else "▼"
-            header.add(fit(label, col.width, col.justify) + " ", p.header)
+            header.add(pad(label, col.width, right=col.justify == "right") + " ", p.header)
         header.add(f"UTILIZATION PER GPU, {self.window_label}".strip(", "), p.header)
         lines = [header]
         if not self.rows:
@@ -151,12 +153,11 @@ class FleetTable(CursorTable):
         for (text, style), col in zip(values, COLUMNS, strict=True):
             if on_cursor:
                 style = style + (p.cursor if focused else Style(underline=True))
-            line.add(fit(text, col.width, col.justify), style)
+            line.add(pad(text, col.width, right=col.justify == "right"), style)
             line.add(" ", p.cursor if on_cursor and focused else PLAIN)
         spark_style = p.util_style(True)
         for gpu in host.gpus[:shown]:
-            for v in compress(gpu.series, cells):
-                line.add(spark_glyph(v), p.dim if faded else spark_style(v))
+            add_spark(line, gpu.series, cells, (lambda _: p.dim) if faded else spark_style, p.dip)
             line.add(" ")
         if len(host.gpus) > shown:
             line.add(f"+{len(host.gpus) - shown}", p.dim)

@@ -8,7 +8,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from gputui.export.fleet import SORTS, FleetGpu, FleetHost, FleetReader, FleetView, on_grid, sort_hosts
+from gputui.export.fleet import (
+    SORTS,
+    FleetGpu,
+    FleetHost,
+    FleetReader,
+    FleetView,
+    SparkCell,
+    on_grid,
+    sort_hosts,
+    spark_cells,
+)
 from gputui.export.promql import Prometheus
 from tests.export.fake_prometheus import MODEL, FakePrometheus
 
@@ -427,3 +437,47 @@ def test_sort_hosts_puts_unknown_values_last(key: str) -> None:
     assert set(ORDER) == set(SORTS)
     assert "".join(h.name for h in sort_hosts(HOSTS, key)) == ORDER[key]
     assert "".join(h.name for h in sort_hosts(reversed(HOSTS), key)) == ORDER[key]  # whatever came in
+
+
+# -- sparkline cells: each its share's mean, dips marked ------------------------------------------------
+
+
+def test_a_host_at_80_percent_reads_80_not_its_lowest_point() -> None:
+    series = tuple(70.0 if i % 2 else 90.0 for i in range(60))  # 80 % on average, never under 70
+    cells = spark_cells(series, 5)
+    assert [c.mean for c in cells] == [pytest.approx(80.0)] * 5
+    assert not any(c.dip for c in cells)  # steady noise is no dip
+
+
+def test_a_dip_shorter_than_a_cell_is_marked_on_its_cell_only() -> None:
+    series = [90.0] * 60
+    series[25] = 5.0  # one point of a 12-point share
+    cells = spark_cells(tuple(series), 5)
+    assert [c.dip for c in cells] == [False, False, True, False, False]
+    assert cells[2].mean == pytest.approx((11 * 90 + 5) / 12)
+    assert [c.dip for c in spark_cells(tuple(series), 5, dips=False)] == [False] * 5
+
+
+def test_a_shallow_drop_or_an_idle_gpu_is_no_dip() -> None:
+    shallow = tuple([60.0] * 30 + [35.0] * 30)  # not under half of the busy level
+    assert not any(c.dip for c in spark_cells(shallow, 6))
+    idle = tuple([0.0] * 50 + [30.0] * 10)
+    assert not any(c.dip for c in spark_cells(idle, 6))
+
+
+def test_cells_before_the_first_sample_are_no_data_and_gaps_are_none() -> None:
+    series = (None, None, None, None, 50.0, None, 50.0, 50.0)
+    cells = spark_cells(series, 4)
+    assert math.isnan(cells[0].mean or 0.0) and math.isnan(cells[1].mean or 0.0)
+    assert [c.mean for c in cells[2:]] == [50.0, 50.0]
+    assert spark_cells(series, 8)[5] == SparkCell(None)  # a gap inside the series
+    assert all(math.isnan(c.mean or 0.0) for c in spark_cells((), 3))
+    assert spark_cells(series, 0) == []
+
+
+@pytest.mark.parametrize("cells", [1, 3, 7, 16, 60, 100])
+def test_every_width_gives_that_many_cells_within_the_series_range(cells: int) -> None:
+    series = tuple(float(i % 100) for i in range(60))
+    out = spark_cells(series, cells)
+    assert len(out) == cells
+    assert all(c.mean is not None and 0.0 <= c.mean <= 99.0 for c in out)
