@@ -98,6 +98,8 @@ def _host(data: Any) -> HostStats | None:
     for key in ("cpu_count", "mem_total", "mem_used", "swap_total", "swap_used"):
         if values.get(key) is not None and not isinstance(values[key], int):
             raise ValueError(f"host.{key}: not an integer")
+    if values.get("cpu_percent") is not None and values["cpu_percent"] > 100:
+        raise ValueError("host.cpu_percent: over 100")
     load = data.get("load")
     if load is not None:
         if not isinstance(load, list) or len(load) != 3:

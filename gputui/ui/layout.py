@@ -6,9 +6,10 @@ Three kinds, richest first:
 - ``columns``: the same panes, two side by side (8 GPUs at 120x40).
 - ``lines``: one line per GPU with a util *and* a memory sparkline (16 GPUs, short terminals).
 
-The process table is what people come for, so the GPU area gets at most about two fifths of the rows
-shared with it (`GPU_SHARE`), and never leaves the table fewer than `MIN_TABLE_ROWS` when a smaller
-layout would not. The widths always add up to the whole width: no column is left blank.
+The process table is what people come for, so panes get at most about two fifths of the rows shared
+with it (`GPU_SHARE`) and leave the table at least `MIN_TABLE_ROWS`; one line per GPU is the fallback
+(with many GPUs on a short terminal it may leave less: the table scrolls). The widths always add up
+to the whole width: no column is left blank.
 """
 
 from __future__ import annotations
@@ -120,9 +121,9 @@ def choose(
     """
     n = max(1, n_gpus)
     width = max(1, width)
-    budget = max(int(rows * gpu_share), 0)
+    budget = max(0, min(int(rows * gpu_share), rows - min_table_rows))
     if prefer in KINDS:
-        return _preferred(prefer, n, width, rows, budget, name_width, min_table_rows)
+        return _preferred(prefer, n, width, budget, name_width)
     candidates = [
         layout
         for columns in (1, 2)
@@ -135,16 +136,13 @@ def choose(
     return _lines(n, width, name_width)
 
 
-def _preferred(
-    kind: str, n: int, width: int, rows: int, budget: int, name_width: int, min_table: int
-) -> GpuLayout:
+def _preferred(kind: str, n: int, width: int, budget: int, name_width: int) -> GpuLayout:
     if kind == "lines":
         return _lines(n, width, name_width)
     columns = 1 if kind == "panes" or width < 2 * MIN_PANE_WIDTH + GAP else 2
-    # Chosen by hand: it may take more than its share while the table keeps its minimum; and when
-    # even that is too little, one row of sparkline each (the table scrolls).
-    room = max(budget, rows - min_table)
-    layout = _panes(n, width, columns, room) or _panes(n, width, columns, pane_height(n, columns, 1))
+    # Chosen by hand: the sparklines grow within the GPU area's share as in AUTO; when not even one row
+    # each fits that share, they get one row each anyway (the table gives way, down to what is left).
+    layout = _panes(n, width, columns, budget) or _panes(n, width, columns, pane_height(n, columns, 1))
     assert layout is not None
     return layout
 

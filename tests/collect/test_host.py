@@ -1,0 +1,131 @@
+"""Host stats (CPU, memory, swap, load, uptime): read cheaply every tick, recorded as an optional field
+that old recordings lack and hostile recordings cannot abuse."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+import psutil
+import pytest
+
+from gputui import jsonout, schema_check
+from gputui.collect.host import HostSampler
+from gputui.collect.sampler import Sampler
+from gputui.model import HostStats, Snapshot
+from tests.collect.test_sampler import RecordingSource
+
+
+def test_the_first_reading_has_no_cpu_percent_and_the_next_one_does() -> None:
+    host = HostSampler()
+    first = host.read()
+    assert first.cpu_percent is None  # unknown, not 0 %
+    sum(i * i for i in range(200_000))  # a little CPU time between the two readings
+    second = host.read()
+    assert second.cpu_percent is not None and 0.0 <= second.cpu_percent <= 100.0
+
+
+def test_memory_swap_load_and_uptime_agree_with_the_system() -> None:
+    stats = HostSampler(clock=time.time).read()
+    vm = psutil.virtual_memory()
+    assert stats.mem_total == vm.total
+    assert stats.mem_used is not None and 0 <= stats.mem_used <= vm.total
+    assert stats.swap_total == psutil.swap_memory().total
+    assert stats.cpu_count == psutil.cpu_count()
+    assert stats.load is not None and len(stats.load) == 3
+    assert abs(stats.load[0] - os.getloadavg()[0]) < 5
+    assert stats.uptime is not None and abs(stats.uptime - (time.time() - psutil.boot_time())) < 5
+
+
+def test_a_failing_reading_is_none_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: object, **__: object) -> object:
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr(psutil, "virtual_memory", broken)
+    monkeypatch.setattr(psutil, "swap_memory", broken)
+    monkeypatch.setattr(psutil, "boot_time", broken)
+    monkeypatch.setattr(os, "getloadavg", broken)
+    stats = HostSampler().read()
+    assert (stats.mem_total, stats.swap_total, stats.load, stats.uptime) == (None, None, None, None)
+
+
+def test_a_reading_is_cheap_enough_for_every_tick() -> None:
+    host = HostSampler()
+    host.read()
+    start = time.perf_counter()
+    for _ in range(100):
+        host.read()
+    per_read = (time.perf_counter() - start) / 100
+    assert per_read < 0.002, f"{per_read * 1e3:.2f} ms per reading"
+
+
+def test_every_snapshot_carries_host_stats() -> None:
+    with Sampler(RecordingSource(), scan_holders=False) as sampler:
+        first, second = sampler.tick(), sampler.tick()
+    assert first.host is not None and first.host.cpu_percent is None
+    assert second.host is not None and second.host.cpu_percent is not None
+    assert second.host.mem_total is not None and second.host.mem_total > 0
+
+
+# -- recorded ---------------------------------------------------------------------------------------
+
+
+def _snapshot(host: HostStats | None) -> Snapshot:
+    with Sampler(RecordingSource(), scan_holders=False) as sampler:
+        snap = sampler.tick()
+    return dataclasses.replace(snap, host=host)
+
+
+HOST = HostStats(
+    cpu_percent=12.5,
+    cpu_count=64,
+    mem_total=512 << 30,
+    mem_used=100 << 30,
+    swap_total=0,
+    swap_used=0,
+    load=(1.0, 2.0, 3.5),
+    uptime=12345.5,
+)
+
+
+def test_host_stats_round_trip_and_match_the_schema() -> None:
+    doc = json.loads(jsonout.dumps(_snapshot(HOST)))
+    assert doc["host"]["load"] == [1.0, 2.0, 3.5]
+    schema_check.check(doc, jsonout.schema())
+    assert jsonout.snapshot_from_dict(doc).host == HOST
+
+
+def test_a_recording_made_before_host_stats_still_loads() -> None:
+    doc = json.loads(jsonout.dumps(_snapshot(None)))
+    assert "host" not in doc  # absent, as in old recordings
+    schema_check.check(doc, jsonout.schema())
+    assert jsonout.snapshot_from_dict(doc).host is None
+    for gpu in doc["gpus"]:  # nor did old recordings have the newer GPU fields
+        for key in ("ecc_errors", "nvlink_rx", "nvlink_tx"):
+            gpu.pop(key, None)
+    schema_check.check(doc, jsonout.schema())
+    assert jsonout.snapshot_from_dict(doc).gpus[0].ecc_errors is None
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "a string",
+        {"cpu_percent": -1},
+        {"cpu_percent": 101},
+        {"cpu_percent": float("nan")},
+        {"mem_total": 1.5},
+        {"mem_total": True},
+        {"load": [1, 2]},
+        {"load": [1, 2, "x"]},
+        {"load": "1 2 3"},
+        {"evil": 1},
+    ],
+)
+def test_hostile_host_stats_are_refused(host: object) -> None:
+    doc = json.loads(jsonout.dumps(_snapshot(None)))
+    doc["host"] = host
+    with pytest.raises(ValueError):
+        jsonout.snapshot_from_dict(doc)
