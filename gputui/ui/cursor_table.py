@@ -51,14 +51,16 @@ class CursorTable(CellCanvas, can_focus=True):
         """The row under the cursor: its process (or host), not its index."""
         return self.rows[self.cursor] if 0 <= self.cursor < len(self.rows) else None
 
-    def apply(self, rows: list[Any]) -> None:
-        """Show `rows` in this order; the cursor follows its row if it is still there."""
+    def apply(self, rows: list[Any], cursor_to: str = "") -> None:
+        """Show `rows` in this order; the cursor follows its row if it is still there, or goes to the row
+        keyed `cursor_to` when one is (a worker folded away: the cursor goes to its rank)."""
         keep = self.current
         self.rows = rows
-        if keep is not None:
-            index = next((i for i, r in enumerate(rows) if r.key == keep.key), None)
+        for key in (cursor_to, keep.key if keep is not None else ""):
+            index = next((i for i, r in enumerate(rows) if r.key == key), None) if key else None
             if index is not None:
                 self.cursor = index
+                break
         self._clamp()
         self.redraw()
 

@@ -107,10 +107,7 @@ class ProcessTable(CursorTable):
         ranks = {r.key for r in rows if r.workers}
         if not self.folding.expanded <= ranks:  # forget the ranks that are gone (or filtered out)
             self.folding = Folding(self.folding.expand_all, self.folding.expanded & ranks)
-        if cursor_to:
-            self.cursor = next((i for i, r in enumerate(rows) if r.key == cursor_to), self.cursor)
-            self.rows = []  # apply() keeps the cursor on its old row: here it moves to `cursor_to`
-        self.apply(rows)
+        self.apply(rows, cursor_to)
 
     @property
     def workers_folded(self) -> bool:

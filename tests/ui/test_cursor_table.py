@@ -75,3 +75,20 @@ async def test_hiding_the_table_hides_it_from_focus_and_clicks() -> None:
         await pilot.click("#table", offset=(1, 3))
         assert table.cursor == 2
         assert drawn(table)[:3] == ["KEY", "row0", "row1"]
+
+
+async def test_apply_can_send_the_cursor_to_another_row() -> None:
+    """A folded worker's row goes away: the cursor goes to its rank, not to whatever row took its index."""
+    app = TableApp()
+    async with app.run_test(size=(40, 12)) as pilot:
+        table = app.query_one(Table)
+        table.apply([Item(k) for k in ("a", "rank", "w1", "w2", "b")])
+        table.action_move(3)
+        assert table.current == Item("w2")
+        table.apply([Item(k) for k in ("a", "rank", "b")], cursor_to="rank")
+        await pilot.pause()
+        assert table.current == Item("rank")
+        table.apply(
+            [Item(k) for k in ("b", "a", "rank")], cursor_to="gone"
+        )  # no such row: it follows its own
+        assert table.current == Item("rank")
