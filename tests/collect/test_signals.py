@@ -360,3 +360,40 @@ def test_the_children_of_a_refused_target_are_not_signalled(lab: Lab, who: str) 
     assert lab.signals_sent() == [], f"{len(lab.signals_sent())} signals sent, our own child among them"
     assert [o.result for o in outcomes] == ["refused"]
     assert alive(child.pid)
+
+
+# -- the live side of a kill plan --------------------------------------------------------------------
+
+
+def test_protected_is_gputui_and_its_ancestors() -> None:
+    guard = signals.protected()
+    assert guard.me == os.getpid() and guard.me not in guard.ancestors
+    assert os.getppid() in guard.ancestors
+    assert guard.why(0) == guard.why(1) == "never signals pid 0 or 1 (init)"
+    assert guard.why(os.getpid()) == "that is gputui itself"
+    assert "ancestors" in (guard.why(os.getppid()) or "")
+    assert guard.why(free_pid()) is None
+
+
+def test_describe_reads_a_live_process(lab: Lab) -> None:
+    child, _ = lab.spawn(SLEEPER)
+    live = signals.describe(child.pid)
+    proc = psutil.Process(child.pid)
+    assert live is not None
+    assert (live.pid, live.ppid, live.user) == (child.pid, os.getpid(), proc.username())
+    assert live.create_time == proc.create_time() and live.state != psutil.STATUS_ZOMBIE
+    assert live.command is not None and "gputui-signals-test" in live.command
+    assert signals.describe(free_pid()) is None
+
+
+def test_describe_a_zombie(lab: Lab) -> None:
+    child, _ = lab.spawn("import time; print('ready', flush=True); time.sleep(0.1)")
+    assert wait_until(lambda: status(child.pid) == psutil.STATUS_ZOMBIE)
+    live = signals.describe(child.pid)
+    assert live is not None and live.state == psutil.STATUS_ZOMBIE and live.ppid == os.getpid()
+
+
+def test_same_start() -> None:
+    assert signals.same_start(100.0, 100.04)
+    assert not signals.same_start(100.0, 100.2)
+    assert not signals.same_start(None, 100.0) and not signals.same_start(100.0, None)
