@@ -571,9 +571,6 @@ class GpuTuiApp(BaseApp):
             event.stop()  # the bindings are off (check_action): say why nothing happens
             self.say("read-only (--readonly): signals are disabled", "warning")
 
-    def say(self, message: str, severity: str = "information") -> None:
-        self.status.say(message, severity)
-
     def action_zombies(self) -> None:
         self._set_view(replace(self.view, zombies=not self.view.zombies))
         self.say("zombies: the suspicious processes and why (z again: all)" if self.view.zombies else "")
