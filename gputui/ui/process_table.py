@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from rich.style import Style
+from textual import events
 from textual.binding import Binding
 from textual.message import Message
 
@@ -229,6 +230,19 @@ class ProcessTable(CursorTable):
             line.add(fit(text, w, col.justify), style)
             line.add(" " * _GAP, cursor_style if on_cursor and focused else PLAIN)
         return line
+
+    def on_click(self, event: events.Click) -> None:
+        """A click on a rank's `+3` / `-3` shows or folds its workers; anywhere else, as on any table."""
+        index = self.top + event.y - 1
+        row = self.rows[index] if event.y > 0 and 0 <= index < len(self.rows) else None
+        if row is not None and row.workers:
+            left = sum(w + _GAP for _, w in self._layout(self.size.width)[:-1])  # where COMMAND starts
+            mark = len(f"+{len(row.workers)}")
+            if left <= event.x < left + mark:
+                self.cursor = index
+                self.action_fold()
+                return
+        super().on_click(event)
 
     def on_header_click(self, x: int) -> None:
         left = 0

@@ -208,3 +208,17 @@ async def test_every_rank_of_an_8_gpu_job_with_workers_is_on_screen_at_120x40() 
         rows = dict(zip(shown_pids(app), body(app), strict=False))
         assert all(rows[pid][x:].startswith("+3 python train.py") for pid in ranks)
         assert table(app).rows[0].workers  # folded by default, not by a key press
+
+
+async def test_a_click_on_the_fold_mark_shows_the_workers_and_elsewhere_only_moves_the_cursor() -> None:
+    app = TableApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        t = await shown(pilot, job(ranks=3))
+        x = command_x(app)
+        await pilot.click(ProcessTable, offset=(x + 5, 2))  # on the command, not the mark
+        await pilot.pause()
+        assert pids(app) == [5000, 5010, 5020] and t.cursor == 1
+        await pilot.click(ProcessTable, offset=(x + 1, 3))  # on "+3" of the third rank
+        await pilot.pause()
+        assert pids(app) == [5000, 5010, 5020, 5021, 5022, 5023]
+        assert t.current is not None and t.current.pid == 5020
