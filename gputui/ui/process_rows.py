@@ -195,8 +195,8 @@ def workers_by_rank(procs: list[ProcessRow]) -> dict[str, list[ProcessRow]]:
 
 
 def _summed(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
+    """The sum, or None when a value is unknown (a first sample's CPU%): a partial sum would read low."""
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
 def _flat_rows(
@@ -435,7 +435,7 @@ def _make_row(
     user = p.user or ("-" if invisible else NA)
     folded = workers is not None and workers.folded
     cpu, rss = (workers.cpu, workers.rss) if workers is not None and folded else (p.cpu_percent, p.rss)
-    lead = (workers.mark if workers is not None else "") + tree_prefix
+    lead = tree_prefix + (workers.mark if workers is not None else "")
     cells = (
         # ◆: the process runs the gputui agent (`a` opens its allocator panel).
         gpu_cells[0],

@@ -237,8 +237,9 @@ class ProcessTable(CursorTable):
         row = self.rows[index] if event.y > 0 and 0 <= index < len(self.rows) else None
         if row is not None and row.workers:
             left = sum(w + _GAP for _, w in self._layout(self.size.width)[:-1])  # where COMMAND starts
-            mark = len(f"+{len(row.workers)}")
-            if left <= event.x < left + mark:
+            mark = len(f"+{len(row.workers)} ")  # the last characters of the row's lead
+            start = left + row.lead - mark  # the lead does not scroll
+            if start <= event.x < start + mark - 1:
                 self.cursor = index
                 self.action_fold()
                 return

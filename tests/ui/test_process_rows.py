@@ -168,3 +168,24 @@ def test_the_cache_holds_two_builds_at_most() -> None:
     for t in range(5):
         build_rows(replace(job(), time=10_000.0 + 100 * t), View(), cache=cache)
     assert len(cache.last) == 8 and not cache.now
+
+
+def test_a_sum_with_an_unknown_part_is_unknown() -> None:
+    """A first sample has no CPU% yet: the rank's row says n/a, not a sum of what happens to be known."""
+    snap = job(ranks=1)
+    first = replace(snap, processes=(replace(snap.processes[0], cpu_percent=None), *snap.processes[1:]))
+    row = build_rows(first, View())[0]
+    assert cell(row, "cpu") == "n/a"
+    assert cell(row, "rss") == "13.0 GiB"
+
+
+def test_in_the_tree_the_fold_mark_follows_the_branch() -> None:
+    launcher = _proc(
+        0, 4000, "ok", 1, command="/usr/bin/python3 /venv/bin/torchrun --nproc-per-node 2 train.py"
+    )
+    snap = job(ranks=2, extra=(launcher,))
+    rows = build_rows(snap, View(tree=True))
+    assert [r.pid for r in rows] == [4000, 5000, 5010]
+    assert command(rows[0]) == "torchrun --nproc-per-node 2 train.py"
+    assert command(rows[1]).startswith("├─ +3 python3")
+    assert rows[1].lead == len("├─ +3 ")
