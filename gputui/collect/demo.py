@@ -71,11 +71,14 @@ class _Sim:
         self.target_mem = int(rng.uniform(0.55, 0.9) * _TOTAL)
         self.power_cap = 500.0 if index == 3 else 700.0  # GPU 3 runs power-capped: it throttles
         self.uuid = "GPU-" + "-".join(f"{rng.getrandbits(b):0{b // 4}x}" for b in (32, 16, 16, 16, 48))
+        self.ended_at: float | None = None  # when its trainer ended: from then on the GPU idles
 
     def noise(self, t: float, spread: float) -> float:
         return random.Random(f"{self.seed}:{self.index}:{int(t)}").uniform(-spread, spread)
 
     def util(self, t: float) -> float:
+        if self.ended_at is not None and t >= self.ended_at:
+            return 0.0
         ramp = min(1.0, t / _RAMP_S)
         pos = (t + self.phase) % self.epoch
         if pos > self.epoch - self.eval:
@@ -250,7 +253,9 @@ class DemoSource:
         for sim, trainer_pid in zip(self.sims, trainer_pids, strict=False):
             i = sim.index
             running = trainer_pid is not None
-            util = sim.util(t) if running else 0.0
+            if not running and sim.ended_at is None:
+                sim.ended_at = t  # and the heatsink cools over the next half minute
+            util = sim.util(t)
             trainer_mem = sim.memory(t) if running else 0
             leaked = GIB + GIB // 2 if i == 0 else 0  # held by the orphan: unaccounted on GPU 0
             ghost = GIB if i == self.gpu_count - 1 and self.gpu_count > 1 else 0

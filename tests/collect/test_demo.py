@@ -321,6 +321,9 @@ def test_a_dead_trainer_s_gpu_idles_in_the_simulation(cleanup: list[object]) -> 
     busy, idle = reading.gpus
     assert busy.util_gpu and busy.util_gpu > 10 and busy.mem_used and busy.mem_used > 40 * GIB
     assert idle.util_gpu == 0 and idle.mem_used == GIB  # only the ghost's
+    # Its heatsink cools over half a minute, to an idle GPU's temperature.
+    temps = [src.reading_at(300.0 + dt, True, [4242, None]).gpus[1].temperature for dt in (1, 10, 20, 40)]
+    assert temps == sorted(temps, reverse=True) and temps[0] != temps[-1] and temps[-1] == 34, temps
 
 
 def test_close_without_open_is_harmless() -> None:
