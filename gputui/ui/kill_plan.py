@@ -88,7 +88,8 @@ def plan_kill(
             notes.append(f"{p.pid} is not offered: {why}.")
         else:
             entries[p.pid] = _entry(p, p.category if isinstance(p, ProcessRow) else "")
-    kids = {pid: _descendants(pid, known) for pid in entries}
+    # A defunct descendant is left out: it has exited, no signal reaches it.
+    kids = {pid: tuple(k for k in _descendants(pid, known) if known[k].state != "zombie") for pid in entries}
     holders = _gpu_holders(snapshot)
     gpu_children = tuple(dict.fromkeys(pid for family in kids.values() for pid in family if pid in holders))
     return KillPlan(

@@ -126,8 +126,8 @@ def test_grandchildren_come_first_deepest_first() -> None:
 def test_a_zombie_descendant_does_not_turn_the_box_on() -> None:
     zombie = worker(4243, 4242, state="zombie", devices=())
     plan = plan_kill([TRAINER], snap(TRAINER, zombie), GUARD)
-    assert plan.children == {4242: (4243,)}
-    assert not plan.include_children
+    assert plan.children == {}  # it has exited: no signal reaches it
+    assert not plan.include_children and plan.pids(True) == (4242,)
 
 
 def test_a_ppid_cycle_cannot_loop() -> None:
@@ -242,7 +242,7 @@ def test_a_defunct_row_offers_its_parent_from_the_snapshot_with_user_and_memory(
     assert (entry.user, entry.category, entry.memory) == ("alice", PARENT, "68.7 GiB")
     assert "4250 is defunct" in plan.note and "Its parent 4242 is offered instead" in plan.note
     assert plan.include_children  # the parent's workers hold the GPU
-    assert 4250 in plan.children[4242]
+    assert 4250 not in plan.children[4242] and set(plan.children[4242]) == {4243, 4244, 4245}
 
 
 def test_a_defunct_row_s_parent_outside_the_snapshot_is_read_live() -> None:
