@@ -99,10 +99,12 @@ class FilterInput(Input):
     """`/` opens it; typing filters live; Enter keeps the filter, Esc clears it.
 
     One line, no border: Input's own `Input:focus { border: tall ... }` is more specific than a plain
-    `FilterInput` rule, so a focused box of height 1 drew only its top border and never the typed text."""
+    `FilterInput` rule, so a focused box of height 1 drew only its top border and never the typed text.
+    Not docked: docked at the bottom it lay under the key bar, docked there too (docked widgets overlap);
+    in the flow, above the status line, it takes its row from the table while it is shown."""
 
     DEFAULT_CSS = """
-    FilterInput { dock: bottom; display: none; height: 1; padding: 0 1; }
+    FilterInput { display: none; height: 1; padding: 0 1; }
     FilterInput, FilterInput:focus, FilterInput.-invalid, FilterInput.-invalid:focus { border: none; }
     """
 
@@ -224,8 +226,8 @@ class GpuTuiApp(BaseApp):
         yield self.header
         yield self.panes
         yield self.table
-        yield self.status
         yield self.filter_box
+        yield self.status
         yield KeyBar()
 
     def on_mount(self) -> None:

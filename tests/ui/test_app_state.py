@@ -205,6 +205,10 @@ async def test_the_typed_filter_text_is_drawn(size: tuple[int, int]) -> None:
         assert box.size.height == 1
         assert "mallo" in drawn(box)
         assert "▔" not in drawn(box)
+        # ... and nothing lies over it (docked at the bottom, the key bar covered it).
+        on_top, _ = app.screen.get_widget_at(2, box.region.y)
+        assert on_top is box
+        assert box.region.bottom <= app.status.region.y  # above the status line, which stays
 
 
 async def test_enter_keeps_the_filter_and_the_status_line_says_so() -> None:
