@@ -15,7 +15,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.events import Key, Resize
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Input
 from textual.worker import get_current_worker
@@ -174,12 +174,12 @@ class GpuTuiApp(BaseApp):
 
     # State with derived state: a watcher keeps what derives from it in step. init=False and
     # set_reactive() in __init__: no watcher runs before compose() made the widgets (see base_app).
-    interval: reactive[float] = reactive(1.0, init=False)  # -> the sampler's wait, the sparkline bucket
-    window: reactive[float] = reactive(ZOOMS[0], init=False)  # -> the sparkline bucket, the dips kept
-    paused: reactive[bool] = reactive(False, init=False)  # -> the header's badge
+    interval: var[float] = var(1.0, init=False)  # -> the sampler's wait, the sparkline bucket
+    window: var[float] = var(ZOOMS[0], init=False)  # -> the sparkline bucket, the dips kept
+    paused: var[bool] = var(False, init=False)  # -> the header's badge
     # -> every widget. always_update: a replay seek shows the same snapshot again, and comparing two
     # snapshots field by field every tick would cost more than drawing.
-    snapshot: reactive[Snapshot | None] = reactive(None, init=False, always_update=True)
+    snapshot: var[Snapshot | None] = var(None, init=False, always_update=True)
 
     def __init__(
         self,

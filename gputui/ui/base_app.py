@@ -2,9 +2,13 @@
 a dropped terminal), help (?, F1), the palette that follows the theme, status messages, the exit status
 after a crash, and the one background thread each app runs.
 
-Reactive state and Textual: setting a reactive in __init__ runs its watcher at once, before compose()
-made the widgets it updates, so __init__ uses set_reactive() and watchers are declared with init=False;
-on_mount pushes the initial state explicitly (see DESIGN.md §4).
+Reactive state on an App, two pitfalls:
+- `reactive()` repaints on every change, and App.refresh() repaints the *whole screen*: a snapshot
+  assigned every tick re-sent every cell. App state is `var()` (a reactive that refreshes nothing): the
+  watchers redraw exactly the widgets that derive from it.
+- Setting a reactive in __init__ runs its watcher at once, before compose() made the widgets it
+  updates: __init__ uses set_reactive(), watchers are declared with init=False, and on_mount pushes the
+  initial state explicitly.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any, ClassVar
 from textual.app import App
 from textual.await_complete import AwaitComplete
 from textual.binding import Binding, BindingType
-from textual.reactive import reactive
+from textual.reactive import var
 
 from gputui.ui import _textual_compat, hangup
 from gputui.ui.palette import Palette
@@ -39,7 +43,7 @@ class BaseApp(App[int]):
     KEYS_HELP: ClassVar[list[tuple[str, str]]] = []
 
     # The styles of the cell-drawn widgets, derived from the theme (watch_palette hands it out).
-    palette: reactive[Palette] = reactive(Palette.default, init=False)
+    palette: var[Palette] = var(Palette.default, init=False)
 
     def __init__(self, mouse: bool = True) -> None:
         super().__init__()

@@ -14,7 +14,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import var
 from textual.worker import get_current_worker
 
 from gputui.export.fleet import SORTS, FleetHost, FleetReader, FleetView, sort_hosts
@@ -130,7 +130,7 @@ class FleetApp(BaseApp):
         ("q  F10  Ctrl+C", "quit"),
     ]
 
-    sort: reactive[str] = reactive("busy", init=False)  # -> the header, the table's order
+    sort: var[str] = var("busy", init=False)  # -> the header, the table's order
 
     def __init__(
         self, reader: FleetReader, interval: float = 5.0, sort: str = "busy", mouse: bool = True

@@ -15,7 +15,7 @@ from textual.widget import Widget
 from gputui.collect.replay import ReplaySampler
 from gputui.ui import status as status_module
 from gputui.ui.allocator import AllocatorScreen
-from gputui.ui.app import INTERVALS, GpuTuiApp, next_interval
+from gputui.ui.app import INTERVALS, GpuTuiApp, SnapshotReady, next_interval
 from gputui.ui.screens import DetailScreen, HelpScreen
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
@@ -280,3 +280,30 @@ async def test_enter_on_an_agent_row_opens_the_detail_and_a_the_allocator() -> N
         await pilot.pause()
         await pilot.press("a")
         await until(pilot, lambda: isinstance(app.screen, AllocatorScreen))
+
+
+# -- state changes repaint only what derives from them -----------------------------------------------
+
+
+async def test_app_state_changes_never_repaint_the_whole_screen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `reactive` on an App refreshes the whole screen on each change: the snapshot, set every tick,
+    would re-send every cell. The app's state is `var`: only the widgets' own redraws repaint."""
+    app = make_app(interval=30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await first_frame(pilot, app)
+        whole_screen: list[bool] = []
+        original = type(app).refresh
+
+        def refresh(self: GpuTuiApp, **kwargs: bool) -> GpuTuiApp:
+            whole_screen.append(kwargs.get("repaint", True))
+            return original(self, **kwargs)
+
+        monkeypatch.setattr(type(app), "refresh", refresh)
+        assert app.snapshot is not None
+        frames = app.frames
+        app.post_message(SnapshotReady(app.snapshot))
+        await until(pilot, lambda: app.frames > frames)
+        await pilot.press("p", "p", "plus", "right_square_bracket")
+        await pilot.pause()
+        assert app.interval == 10.0 and app.window == 900.0
+        assert not any(whole_screen)
