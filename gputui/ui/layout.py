@@ -179,22 +179,20 @@ def segments_width(segments: Sequence[Segment]) -> int:
 def fit_fields(fields: Sequence[Field], width: int, ellipsis_style: Any = None) -> list[Segment]:
     """The fields, in their order, in at most `width` cells: the lowest priority are shortened, then
     dropped, until the rest fit; a line that lost anything ends with ` …`."""
-    chosen = [0] * len(fields)  # index into each field's variants; len(variants) = dropped
-
-    def total() -> int:
-        return sum(
-            segments_width(f.variants[i]) for f, i in zip(fields, chosen, strict=True) if i < len(f.variants)
-        )
-
-    if total() <= width:
+    # Each variant's width once, and a running total: this runs for every GPU on every tick.
+    widths = [[segments_width(v) for v in f.variants] + [0] for f in fields]  # last: dropped
+    chosen = [0] * len(fields)  # index into widths[k]; len(variants) = dropped
+    total = sum(w[0] for w in widths)
+    if total <= width:
         return [s for f in fields for s in f.variants[0]]
     room = width - 2  # " …"
     for k in sorted(range(len(fields)), key=lambda k: (-fields[k].priority, -k)):
-        if total() <= room:
+        if total <= room:
             break
         # A priority-0 field is shortened to its last variant but never dropped.
         last = len(fields[k].variants) - (1 if fields[k].priority == 0 else 0)
-        while chosen[k] < last and total() > room:
+        while chosen[k] < last and total > room:
+            total -= widths[k][chosen[k]] - widths[k][chosen[k] + 1]
             chosen[k] += 1
     out = [s for f, i in zip(fields, chosen, strict=True) if i < len(f.variants) for s in f.variants[i]]
     out.append((" …", ellipsis_style))
