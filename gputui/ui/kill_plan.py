@@ -69,8 +69,8 @@ def plan_kill(
 ) -> KillPlan:
     """What `k` on the `chosen` rows (the highlighted one, or every tagged one) would do.
 
-    `lookup` reads a PID now: a chosen process whose PID has since gone or started anew is refused,
-    and a defunct row's parent missing from the snapshot is described from it."""
+    `lookup` reads a PID now: a chosen process whose PID now belongs to a process started since is
+    refused, and a defunct row's parent missing from the snapshot is described from it."""
     known = _known(snapshot)
     entries: dict[int, Entry] = {}  # by pid: a defunct row's parent may be tagged as well
     notes: list[str] = []
@@ -143,12 +143,10 @@ def _refusal(p: Process, protected: Protected, lookup: Lookup | None) -> str | N
         return why
     if p.create_time is None:
         return "its start time is unknown, so it cannot be told apart from a reused PID"
-    if lookup is not None:
-        live = lookup(p.pid)
-        if live is None:
-            return "it has already exited"
-        if not same_start(p.create_time, live.create_time):
-            return "the PID now belongs to another process"
+    # One that has exited since is still offered: sending then says "already gone", which is the news.
+    live = lookup(p.pid) if lookup is not None else None
+    if live is not None and not same_start(p.create_time, live.create_time):
+        return "the PID now belongs to another process"
     return None
 
 
