@@ -30,7 +30,7 @@ from gputui.collect.signals import Target
 from gputui.collect.source import SourceUnavailable
 from gputui.model import HostProcess, ProcessRow, Snapshot
 from gputui.ui.base_app import BaseApp
-from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
+from gputui.ui.gpu_panes import CHROME_ROWS, GpuPanes
 from gputui.ui.header import HeaderBar
 from gputui.ui.key_bar import KeyBar
 from gputui.ui.palette import Palette
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 SORT_CYCLE = ("gpu", "gpu_mem", "sm", "cpu", "rss", "time", "pid", "user")
-MIN_TABLE_ROWS = 10
 ESCALATE_AFTER_S = 5.0
 ZOOMS = (300.0, 900.0, 1800.0, 3600.0)
 
@@ -132,6 +131,7 @@ class GpuTuiApp(BaseApp):
         Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("t,f5", "tree", "Tree", key_display="t"),
         Binding("g", "choose_gpu", "GPU"),
+        Binding("v", "cycle_layout", "Layout", show=False),
         Binding("p", "pause", "Pause"),
         Binding("plus", "faster", "Faster", key_display="+", show=False),
         Binding("minus", "slower", "Slower", key_display="-", show=False),
@@ -162,6 +162,7 @@ class GpuTuiApp(BaseApp):
         ("a", "PyTorch allocator panel of the highlighted process if it runs the gputui agent (◆)"),
         ("e", "events: every utilization dip (when, how long, how deep, why) and per-GPU dip rates"),
         ("D", "doctor: why isn't my GPU being used? (this machine, and the highlighted process)"),
+        ("v", "GPU layout: auto, panes, two columns, one line per GPU"),
         ("[ / ]", "zoom the sparklines in / out (5 min, 15 min, 30 min, 1 h)"),
         (", / .  < / >", "replay only: seek back / forward 10 or 60 samples (p pauses)"),
         ("p", "pause / resume sampling"),
@@ -253,10 +254,9 @@ class GpuTuiApp(BaseApp):
         self._choose_layout(event.size.width, event.size.height)
 
     def _choose_layout(self, width: int, height: int) -> None:
-        n = len(self.snapshot.gpus) if self.snapshot else 0
-        room = height - 3 - MIN_TABLE_ROWS  # header, footer, table header
-        compact = width < 100 or n * FULL_LINES + 1 > room
-        self.panes.set_mode(compact)
+        """The room the GPU area shares with the process table; the layout engine (ui/layout.py) picks
+        panes, two columns or one line per GPU in it."""
+        self.panes.fit_room(width, max(1, height - CHROME_ROWS))
 
     # -- watchers: derived state -------------------------------------------------------------------
 
@@ -426,8 +426,9 @@ class GpuTuiApp(BaseApp):
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self, event: Input.Submitted) -> None:
-        box = self.filter_box
-        box.display = bool(event.value.strip())
+        """Enter: the box goes (its row is the table's again); the status line shows the active filter,
+        and `/` opens the box again with the text in it."""
+        self.filter_box.display = False
         self.set_focus(self.table)  # at once, as in action_filter
 
     def action_clear_filter(self) -> None:
@@ -532,6 +533,10 @@ class GpuTuiApp(BaseApp):
             from gputui.ui.events import EventsScreen
 
             self.push_screen(EventsScreen(self.dips, self.history, self.snapshot, self.panes.window))
+
+    def action_cycle_layout(self) -> None:
+        choice = self.panes.cycle_layout()
+        self.say(f"GPU layout: {choice}" + (" (the engine picks for the room)" if choice == "auto" else ""))
 
     def action_zoom(self, step: int) -> None:
         self.window = next_zoom(self.window, step)
