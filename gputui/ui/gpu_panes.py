@@ -20,7 +20,7 @@ from gputui.ui.canvas import Cell, CellCanvas, Line
 from gputui.ui.layout import AUTO, LABEL, Field, GpuLayout, Segment, fit_fields
 from gputui.ui.palette import Palette
 from gputui.ui.spark import BucketSeries, bucket_seconds, draw_rows, view_start
-from gputui.units import NA, fmt_bytes
+from gputui.units import NA
 
 FULL_LINES = 3  # a pane with one-row sparklines: summary, util, mem
 PANE_NAME = 22
@@ -340,7 +340,11 @@ class GpuPanes(CellCanvas):
     # -- the fields of a summary line, most useful first to keep ------------------------------------
 
     def fields(self, g: GpuSample) -> list[Field]:
-        """The pane's summary line after the title, in display order, each with its priority."""
+        """The pane's summary line after the title, each field with its priority (0 kept longest).
+
+        Display order: the fields every tick has first, then the ones that come and go (throttle reasons,
+        ENC/DEC, ECC errors), so that one appearing does not move the others: over SSH every moved cell
+        is repainted."""
         p = self.palette
         busy = self._busy(g)
         out = [
@@ -349,64 +353,55 @@ class GpuPanes(CellCanvas):
             Field.of(1, ("  ", p.dim), (_num(g.temperature, "°C", 3), p.temp_style(g.temperature))),
             Field(2, tuple((("  ", p.dim), (text, p.power_style(g))) for text in _power(g))),
         ]
-        reasons = throttled(g)
-        if reasons:
-            variants = [
-                ("  ⚠ " + ", ".join(reasons[:k]) + (f" +{len(reasons) - k}" if k < len(reasons) else ""),)
-                for k in range(len(reasons), 0, -1)
-            ]
-            out.append(Field(3, tuple(((text, p.warning),) for (text,) in variants)))
-        if g.ecc_errors:
-            out.append(Field.of(3, (f"  ECC {g.ecc_errors} errors", p.error)))
-        if g.enc_util or g.dec_util:
-            out.append(
-                Field.of(
-                    4,
-                    ("  ENC ", p.dim),
-                    (_pct(g.enc_util), p.plain),
-                    (" DEC ", p.dim),
-                    (_pct(g.dec_util), p.plain),
-                )
-            )
         if g.fan is not None:
-            out.append(Field.of(5, ("  FAN ", p.dim), (f"{g.fan}%", p.plain)))
-        out.append(Field.of(6, ("  SM ", p.dim), (_num(g.sm_clock, " MHz", 4), p.plain)))
+            out.append(Field.of(6, ("  FAN ", p.dim), (f"{g.fan:>3}%", p.plain)))
+        out.append(Field.of(7, ("  SM ", p.dim), (_num(g.sm_clock, " MHz", 4), p.plain)))
+        out.append(Field.of(9, ("  ", p.dim), (f"P{g.pstate}" if g.pstate is not None else NA, p.plain)))
         if g.pcie_rx is not None or g.pcie_tx is not None:
-            out.append(Field.of(7, ("  PCIe ", p.dim), (f"↓{_rate(g.pcie_rx)} ↑{_rate(g.pcie_tx)}", p.plain)))
-        out.append(Field.of(8, ("  ", p.dim), (f"P{g.pstate}" if g.pstate is not None else NA, p.plain)))
+            out.append(Field.of(8, ("  PCIe ", p.dim), (_rates(g.pcie_rx, g.pcie_tx), p.plain)))
         if g.nvlink_rx is not None or g.nvlink_tx is not None:
-            out.append(
-                Field.of(9, ("  NVLink ", p.dim), (f"↓{_rate(g.nvlink_rx)} ↑{_rate(g.nvlink_tx)}", p.plain))
-            )
+            out.append(Field.of(10, ("  NVLink ", p.dim), (_rates(g.nvlink_rx, g.nvlink_tx), p.plain)))
         if g.ecc_errors == 0:
-            out.append(
-                Field.of(
-                    10,
-                    ("  ECC ok", p.dim),
-                )
-            )
+            out.append(Field.of(11, ("  ECC ok", p.dim)))
         modes = _modes(g)
         if modes:
-            out.append(Field.of(11, ("  " + modes, p.dim)))
+            out.append(Field.of(12, ("  " + modes, p.dim)))
+        if g.ecc_errors:
+            out.append(Field.of(3, (f"  ECC {g.ecc_errors} errors", p.error)))
+        reasons = throttled(g)
+        if reasons:  # the most telling reasons first; a narrow line keeps the first and counts the rest
+            variants = [
+                "  ⚠ " + ", ".join(reasons[:k]) + (f" +{len(reasons) - k}" if k < len(reasons) else "")
+                for k in range(len(reasons), 0, -1)
+            ]
+            out.append(Field(4, tuple(((text, p.warning),) for text in variants)))
+        if g.enc_util or g.dec_util:
+            enc_dec = (
+                ("  ENC ", p.dim),
+                (_pct(g.enc_util), p.plain),
+                (" DEC ", p.dim),
+                (_pct(g.dec_util), p.plain),
+            )
+            out.append(Field.of(5, *enc_dec))
         return out
 
     def line_extras(self, g: GpuSample) -> list[Field]:
-        """What a one-line GPU shows after its memory, in the same priority order."""
+        """What a one-line GPU shows after its memory: the same priorities, the same steady-first order."""
         p = self.palette
         out = [
             Field.of(1, (" " + _num(g.temperature, "°C", 3), p.temp_style(g.temperature))),
             Field.of(2, (" " + _num(g.power, "W", 4), p.power_style(g))),
         ]
-        if throttled(g):
-            out.append(Field.of(3, (" ⚠", p.warning)))
+        if g.fan is not None:
+            out.append(Field.of(6, (f" FAN{g.fan:>3}%", p.plain)))
+        if g.pcie_rx is not None or g.pcie_tx is not None:
+            out.append(Field.of(8, (" PCIe " + _rates(g.pcie_rx, g.pcie_tx), p.plain)))
         if g.ecc_errors:
             out.append(Field.of(3, (" ECC!", p.error)))
+        if throttled(g):
+            out.append(Field.of(4, (" ⚠", p.warning)))
         if g.enc_util or g.dec_util:
-            out.append(Field.of(4, (f" ENC{_pct(g.enc_util)} DEC{_pct(g.dec_util)}", p.plain)))
-        if g.fan is not None:
-            out.append(Field.of(5, (f" FAN {g.fan}%", p.plain)))
-        if g.pcie_rx is not None or g.pcie_tx is not None:
-            out.append(Field.of(7, (f" PCIe ↓{_rate(g.pcie_rx)} ↑{_rate(g.pcie_tx)}", p.plain)))
+            out.append(Field.of(5, (f" ENC{_pct(g.enc_util)} DEC{_pct(g.dec_util)}", p.plain)))
         return out
 
 
@@ -433,10 +428,22 @@ def _mem_short(g: GpuSample) -> str:
 
 
 def _rate(v: float | None) -> str:
-    """Bytes per second, short: `1.2G/s`."""
+    """Bytes per second in four cells, two significant digits: ` 8.4G`, `730M`. Few digits change
+    from tick to tick, so few cells are sent."""
     if v is None:
-        return NA
-    return fmt_bytes(v).replace(" ", "").replace("iB", "") + "/s"
+        return f"{NA:>4}"
+    value = max(0.0, float(v))
+    for unit in "BKMGT":
+        if round(value, 1) < 9.95:
+            return f"{value:3.1f}{unit}"
+        if round(value) < 999.5 or unit == "T":
+            return f"{value:>3.0f}{unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def _rates(rx: float | None, tx: float | None) -> str:
+    return f"↓{_rate(rx)} ↑{_rate(tx)}/s"
 
 
 def _modes(g: GpuSample) -> str:

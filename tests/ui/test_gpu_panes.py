@@ -223,7 +223,7 @@ def test_a_narrow_line_drops_whole_fields_least_useful_first_and_ends_with_an_el
 
 def test_the_fields_that_were_never_drawn_are_there_when_the_width_allows() -> None:
     line = summary(_gpu(ecc_errors=0, nvlink_rx=2e10, nvlink_tx=1e10), 500)
-    for want in ("FAN 55%", "PCIe ↓", "NVLink ↓", "ECC ok", "persist on", "Default"):
+    for want in ("FAN  55%", "PCIe ↓8.4G ↑720M/s", "NVLink ↓ 20G ↑ 10G/s", "ECC ok", "persist on", "Default"):
         assert want in line, (want, line)
     assert "ECC 3 errors" in summary(_gpu(ecc_errors=3), 80)  # errors outrank the clocks and PCIe
 
