@@ -268,10 +268,9 @@ class GpuTuiApp(BaseApp):
         header, panes = self.header, self.panes
         header.interval = interval
         header.redraw()
+        # The bucket (seconds per sparkline cell) derives from interval, window and width: GpuPanes
+        # recomputes it as the interval is set, not at the next resize.
         panes.interval = interval
-        # The bucket (seconds per sparkline cell) derives from interval, window and width: recompute
-        # it now, not at the next resize. TODO(layout): GpuPanes.set_interval() would say it plainly.
-        panes.set_window(panes.window)
 
     def watch_window(self, window: float) -> None:
         self.panes.set_window(window)
