@@ -232,7 +232,8 @@ class ProcessTable(CursorTable):
         return line
 
     def on_click(self, event: events.Click) -> None:
-        """A click on a rank's `+3` / `-3` shows or folds its workers; anywhere else, as on any table."""
+        """A click on a rank's `+3` / `-3` shows or folds its workers; anywhere else, CursorTable's handler
+        (Textual calls the handler of every class in the MRO: prevent_default() stops the base one)."""
         index = self.top + event.y - 1
         row = self.rows[index] if event.y > 0 and 0 <= index < len(self.rows) else None
         if row is not None and row.workers:
@@ -240,10 +241,9 @@ class ProcessTable(CursorTable):
             mark = len(f"+{len(row.workers)} ")  # the last characters of the row's lead
             start = left + row.lead - mark  # the lead does not scroll
             if start <= event.x < start + mark - 1:
+                event.prevent_default()
                 self.cursor = index
                 self.action_fold()
-                return
-        super().on_click(event)
 
     def on_header_click(self, x: int) -> None:
         left = 0

@@ -26,8 +26,15 @@ CJK_COMMAND = "python3 训练脚本.py --数据集 /数据/中文语料库/第�
 
 
 class TableApp(App[None]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.header_clicks: list[str] = []
+
     def compose(self) -> ComposeResult:
         yield ProcessTable(id="procs")
+
+    def on_process_table_header_clicked(self, message: ProcessTable.HeaderClicked) -> None:
+        self.header_clicks.append(message.column)
 
 
 def drawn(app: App[None]) -> list[str]:
@@ -222,3 +229,14 @@ async def test_a_click_on_the_fold_mark_shows_the_workers_and_elsewhere_only_mov
         await pilot.pause()
         assert pids(app) == [5000, 5010, 5020, 5021, 5022, 5023]
         assert t.current is not None and t.current.pid == 5020
+
+
+async def test_a_click_on_a_header_is_one_click() -> None:
+    """Textual calls on_click of every class in the MRO: ProcessTable's must not call CursorTable's again
+    (a header click sorted, then reversed at once)."""
+    app = TableApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await shown(pilot, job(ranks=2))
+        await pilot.click(ProcessTable, offset=(10, 0))
+        await pilot.pause()
+        assert app.header_clicks == ["pid"]

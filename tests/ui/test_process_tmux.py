@@ -1,0 +1,44 @@
+"""The box gputui is for, in a real terminal: `gputui --demo` with 8 GPUs, a trainer per GPU with its 3
+data-loader workers, in a 120x40 tmux pane. Every trainer's pid is on screen with its workers folded into
+it (`+3`); `F` shows the workers and folds them again; the right arrow scrolls COMMAND."""
+
+from __future__ import annotations
+
+import re
+
+import psutil
+
+from tests.ui.terminal import WORKERS, Tmux, _wait_until, needs_tmux
+from tests.ui.test_terminal import _demo_in_tmux, _gpu_lines, _quit_with_q, _rows
+
+GPUS = 8
+
+
+@needs_tmux
+def test_tmux_120x40_8_ranks_with_workers_all_on_screen(tmux: Tmux) -> None:
+    def drawn(screen: str) -> bool:
+        return min(_gpu_lines(screen, GPUS)) >= 0 and f"+{WORKERS} " in screen
+
+    with _demo_in_tmux(tmux, 120, 40, GPUS, drawn) as (demo, screen):
+        trainers = [t.pid for t in demo.trainers]
+
+        def all_ranks() -> bool:
+            nonlocal screen
+            screen = tmux.screen()
+            rows = _rows(screen)
+            return all(pid in rows and f"+{WORKERS} python" in rows[pid] for pid in trainers)
+
+        assert _wait_until(all_ranks, 10.0), screen
+        workers = {c.pid for t in demo.trainers for c in t.children() if c.status() != psutil.STATUS_ZOMBIE}
+        assert len(workers) == GPUS * WORKERS
+        assert not workers & set(_rows(screen)), screen  # folded: not a row of their own
+
+        tmux.keys("F")
+        assert _wait_until(lambda: bool(workers & set(_rows(tmux.screen()))), 5.0), tmux.screen()
+        assert f"-{WORKERS} python" in tmux.screen()
+        tmux.keys("F")
+        assert _wait_until(all_ranks, 5.0), screen
+
+        tmux.keys("Right")
+        assert _wait_until(lambda: re.search(r"COMMAND ◂\d+", tmux.screen()) is not None, 5.0), tmux.screen()
+        _quit_with_q(tmux, demo)
