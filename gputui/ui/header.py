@@ -66,7 +66,8 @@ class HeaderBar(CellCanvas):
         if host is None:  # a recording made before host stats were sampled
             return [Field.of(0, ("host: CPU, memory and load not recorded", p.dim))]
         cpus = f" of {host.cpu_count}" if host.cpu_count else ""
-        cpu = f"{host.cpu_percent:5.1f}%" if host.cpu_percent is not None else f"{NA:>6}"
+        # Whole percents and few digits of memory: the line changes less often, so fewer bytes go out.
+        cpu = f"{host.cpu_percent:3.0f}%" if host.cpu_percent is not None else f"{NA:>4}"
         cpu_style = p.warning if host.cpu_percent is not None and host.cpu_percent >= 90 else p.plain
         mem_pct = _share(host.mem_used, host.mem_total)
         mem_style = p.error if mem_pct >= 97 else p.warning if mem_pct >= 90 else p.plain
@@ -114,7 +115,14 @@ def _share(used: int | None, total: int | None) -> float:
 def _used_of(used: int | None, total: int | None) -> str:
     if used is None or total is None:
         return NA
-    return f"{fmt_bytes(used)}/{fmt_bytes(total)}"
+    return f"{_short_bytes(used)}/{_short_bytes(total)}"
+
+
+def _short_bytes(n: int) -> str:
+    """Two or three significant digits: `12.3 GiB`, `503 GiB` (a decimal is noise at that size)."""
+    text = fmt_bytes(n)
+    number = text.split()[0]
+    return fmt_bytes(n, digits=0) if "." in number and len(number) > 4 else text
 
 
 def uptime(seconds: float) -> str:
