@@ -118,15 +118,6 @@ class GpuPanes(CellCanvas):
         self.set_layout(layouts.next_choice(self.choice))
         return self.choice
 
-    def set_mode(self, compact: bool) -> None:
-        """Kept for app.py until it calls fit_room() itself: the room is taken from the app's size and
-        the layout engine decides (`compact` was the app's own guess; the user's `v` choice stands)."""
-        del compact
-        if self.is_attached:
-            size = self.app.size
-            self._room = (size.width, max(1, size.height - CHROME_ROWS))
-        self._relayout()
-
     def _relayout(self) -> None:
         snap = self.snapshot
         width, rows = self._room or (max(self.size.width, 1), 40)
