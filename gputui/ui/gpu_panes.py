@@ -450,7 +450,7 @@ def _power(g: GpuSample) -> tuple[str, ...]:
     """The draw and its limit, then the draw alone (for a narrow line)."""
     if g.power is None:
         return (f"{NA:>4}",)
-    draw = f"{g.power:>3.0f}W"
+    draw = f"{g.power:>3.0f} W"
     if g.power_limit is None:
         return (draw,)
-    return (f"{g.power:>3.0f}/{g.power_limit:.0f}W", draw)
+    return (f"{g.power:>3.0f}/{g.power_limit:.0f} W", draw)
