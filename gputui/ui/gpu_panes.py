@@ -114,16 +114,23 @@ class GpuPanes(CellCanvas):
         self._relayout()
 
     def cycle_layout(self) -> str:
-        """The `v` key: auto → panes → columns → lines → auto. Returns the new choice."""
-        self.set_layout(layouts.next_choice(self.choice))
+        """The `v` key: auto → panes → columns → lines → auto, skipping a kind that would draw what is
+        on screen already (two columns on a narrow terminal are one). Returns the new choice."""
+        choice = layouts.next_choice(self.choice)
+        while choice != AUTO and self._layout_for(choice) == self.gpu_layout:
+            choice = layouts.next_choice(choice)
+        self.set_layout(choice)
         return self.choice
 
-    def _relayout(self) -> None:
+    def _layout_for(self, choice: str) -> GpuLayout:
         snap = self.snapshot
         width, rows = self._room or (max(self.size.width, 1), 40)
         n = len(snap.gpus) if snap else 1
         self._names = max((cells.width(short_name(g.name)) for g in snap.gpus), default=4) if snap else 14
-        new = layouts.choose(n, width, rows, name_width=self._names, prefer=self.choice)
+        return layouts.choose(n, width, rows, name_width=self._names, prefer=choice)
+
+    def _relayout(self) -> None:
+        new = self._layout_for(self.choice)
         if new != self.gpu_layout:
             self.gpu_layout = new
             if self.styles.height is None or self.styles.height.value != new.height:

@@ -105,6 +105,16 @@ async def test_v_cycles_the_layout_and_the_choice_is_exposed_by_name() -> None:
         assert panes.layout_name == "auto"
 
 
+async def test_v_skips_a_layout_that_would_look_the_same() -> None:
+    app = make_app(gpus=8)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await first_frame(pilot, app)
+        panes = app.panes
+        assert panes.gpu_layout.kind == "lines"
+        # Two columns of panes do not fit 80 cells (they would be one column): v goes from panes to lines.
+        assert [panes.cycle_layout() for _ in range(3)] == ["panes", "lines", "auto"]
+
+
 # -- the right edge, the bucket, the dip glyph ----------------------------------------------------
 
 
