@@ -34,7 +34,7 @@ from gputui.ui.gpu_panes import CHROME_ROWS, GpuPanes
 from gputui.ui.header import HeaderBar
 from gputui.ui.key_bar import KeyBar
 from gputui.ui.palette import Palette
-from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, View, build_rows
+from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, View
 from gputui.ui.process_table import ProcessTable
 from gputui.ui.status import StatusLine
 from gputui.units import printable
@@ -163,6 +163,11 @@ class GpuTuiApp(BaseApp):
         ("e", "events: every utilization dip (when, how long, how deep, why) and per-GPU dip rates"),
         ("D", "doctor: why isn't my GPU being used? (this machine, and the highlighted process)"),
         ("v", "GPU layout: auto, panes, two columns, one line per GPU"),
+        (
+            "f / F",
+            "show or fold the workers of the highlighted rank / of every rank (its +3; a click on it too)",
+        ),
+        ("← / →", "scroll the COMMAND column"),
         ("[ / ]", "zoom the sparklines in / out (5 min, 15 min, 30 min, 1 h)"),
         (", / .  < / >", "replay only: seek back / forward 10 or 60 samples (p pauses)"),
         ("p", "pause / resume sampling"),
@@ -379,7 +384,7 @@ class GpuTuiApp(BaseApp):
         else:
             table.empty_note = "no GPU processes"
         if self.snapshot is not None:
-            table.apply(build_rows(self.snapshot, self.view, self._row_styles))
+            table.show(self.snapshot, self.view, self._row_styles)
 
     def _set_view(self, view: View) -> None:
         self.view = view
@@ -598,37 +603,17 @@ class GpuTuiApp(BaseApp):
         table = self.table
         current = [table.current] if table.current is not None else []
         rows = [r for r in table.rows if r.key in self.tagged] or current
-        rows = [r for r in rows if r.process is not None]
-        hidden = [r for r in rows if isinstance(r.process, ProcessRow) and not r.process.visible]
-        if hidden:
-            self.say(
-                f"{hidden[0].pid} is not visible in this PID namespace: it cannot be signalled from here",
-                "warning",
-            )
-        rows = [r for r in rows if r not in hidden]
-        if not rows:
+        chosen = [r.process for r in rows if r.process is not None]
+        if not chosen:
             return
-        from gputui.ui.kill import Entry, KillScreen, entry_of
+        from gputui.ui.kill import KillScreen
+        from gputui.ui.kill_plan import plan_kill
 
-        entries: dict[int, Entry] = {}  # by pid: a defunct row's parent may be tagged as well
-        notes = []
-        for row in rows:
-            assert row.process is not None
-            if row.process.state == "zombie":
-                parent = signals.target_for(row.process.ppid) if row.process.ppid else None
-                notes.append(
-                    f"{row.pid} is defunct: it has already exited and no signal can end it; "
-                    "only its parent can reap it."
-                    + (f" Its parent {parent.pid} is offered instead." if parent else " Its parent is gone.")
-                )
-                if parent is not None:
-                    entries.setdefault(parent.pid, Entry(parent, "", "parent", "-"))
-            else:
-                entries[row.pid] = entry_of(row)
-        if not entries:
-            self.say(" ".join(notes), "warning")
+        plan = plan_kill(chosen, self.snapshot, signals.protected(), signals.describe)
+        if not plan.entries:
+            self.say(plan.note, "warning")
             return
-        self.push_screen(KillScreen(list(entries.values()), " ".join(notes)), self._confirmed)
+        self.push_screen(KillScreen.for_plan(plan), self._confirmed)
 
     def _confirmed(self, request: KillRequest | None) -> None:
         if request is None:
@@ -656,21 +641,11 @@ class GpuTuiApp(BaseApp):
     def _report(self, outcomes: list[signals.Outcome], final: bool) -> None:
         if not outcomes:
             return
-        alive = tuple(o.target for o in outcomes if o.result == "still alive")
+        from gputui.ui.kill_plan import describe_outcomes
+
         if final:
-            self.escalation = alive
-        bad = any(o.result in ("refused", "permission denied", "still alive") for o in outcomes)
-        if len(outcomes) == 1:
-            text = str(outcomes[0])
-        else:
-            counts: dict[str, int] = {}
-            for o in outcomes:
-                counts[o.result] = counts.get(o.result, 0) + 1
-            text = f"{outcomes[0].signal} → {len(outcomes)} processes: " + ", ".join(
-                f"{n} {result}" for result, n in counts.items()
-            )
-        if final and alive:
-            text += " — press K to send SIGKILL"
+            self.escalation = tuple(o.target for o in outcomes if o.result == "still alive")
+        text, bad = describe_outcomes(outcomes, final)
         self.say(text, "warning" if bad else "information")
         self._wake.set()  # sample now: the table should show what changed
 

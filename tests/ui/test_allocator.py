@@ -14,6 +14,7 @@ from gputui.model import Snapshot
 from gputui.ui.allocator import AllocatorScreen, segment_map
 from gputui.ui.app import GpuTuiApp, SnapshotReady
 from gputui.ui.process_table import ProcessTable
+from gputui.ui.screens import DetailScreen
 from gputui.ui.status import StatusLine
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.world import trainer_pid
@@ -92,11 +93,15 @@ async def test_badge_and_a_opens_the_panel() -> None:
         assert not isinstance(app.screen, AllocatorScreen)
 
 
-async def test_enter_on_an_agent_row_opens_the_panel_and_a_elsewhere_explains() -> None:
+async def test_enter_on_an_agent_row_is_its_detail_a_its_panel_and_a_elsewhere_explains() -> None:
     app, _ = _app()
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
         await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)  # the detail is reachable by key on a ◆ row too
+        await pilot.press("escape")
+        await pilot.press("a")
         await pilot.pause()
         assert isinstance(app.screen, AllocatorScreen)
         await pilot.press("escape")

@@ -390,8 +390,9 @@ async def test_space_tags_two_rows_and_k_signals_both(kids: Kids) -> None:
         assert sorted(dialog_pids(app)) == sorted([a.pid, c.pid])
         assert "Send a signal to 2 processes?" in screen_text(app)
         await press(pilot, "y")
-        text = await said(pilot, app, "2 processes", "2 gone")
-        assert text.startswith("SIGTERM → 2 processes"), text
+        text = await said(pilot, app, "2 processes", "gone: ")
+        assert text.startswith("SIGTERM → 2 processes: gone: "), text
+        assert str(a.pid) in text and str(c.pid) in text and str(b.pid) not in text
         assert _wait_until(lambda: ended(kids, a) and ended(kids, c), 3.0)
         assert alive(kids, b)
         assert app.tagged == set()
@@ -417,7 +418,7 @@ async def test_include_children_also_ends_the_childs_child(kids: Kids, children:
             assert box.value
         await press(pilot, "y")
         if children:
-            text = await said(pilot, app, "2 processes", "2 gone")
+            text = await said(pilot, app, "2 processes", f"gone: {child.pid}, {parent.pid}")
         else:
             text = await said(pilot, app, f"SIGTERM → {parent.pid}", "gone")
         assert _wait_until(lambda: ended(kids, parent), 3.0), text
@@ -426,6 +427,35 @@ async def test_include_children_also_ends_the_childs_child(kids: Kids, children:
         else:
             time.sleep(0.2)
             assert not gone(child)  # only the process itself was asked
+
+
+async def test_a_child_holding_the_gpu_turns_the_box_on_and_both_end(kids: Kids) -> None:
+    parent, line = kids.start(WITH_CHILD)
+    child = kids.adopt(int(line))
+    worker = row_of(child, "python trainer.py (worker)", kinds="", used_memory=None, category="worker")
+    worker = replace(worker, devices=("/dev/nvidiactl", "/dev/nvidia0"), ppid=parent.pid)
+    app = app_on(row_of(parent, "python trainer.py --workers 1"), worker)
+    async with app.run_test(size=SIZE) as pilot:
+        await first_frame(pilot, app)
+        await cursor_to(pilot, app, parent.pid)
+        screen = await open_dialog(pilot, app)
+        assert screen.query_one("#children", Checkbox).value  # on: left alone it would keep the GPU
+        assert f"its children: {child.pid}" in " ".join(screen_text(app).split())
+        await press(pilot, "y")
+        text = await said(pilot, app, f"gone: {child.pid}, {parent.pid}")
+        assert _wait_until(lambda: ended(kids, parent) and gone(child), 3.0), text
+
+
+async def test_shift_k_in_the_dialog_sends_sigkill_at_once(kids: Kids) -> None:
+    proc, _ = kids.start(STUBBORN)
+    app = app_on(row_of(proc, "python stubborn.py"))
+    async with app.run_test(size=SIZE) as pilot:
+        await first_frame(pilot, app)
+        await open_dialog(pilot, app)
+        await press(pilot, "K")
+        await said(pilot, app, f"SIGKILL → {proc.pid}", "gone")
+        assert _wait_until(lambda: ended(kids, proc), 3.0)
+        assert kids.popen(proc).returncode == -9
 
 
 # -- defunct rows ------------------------------------------------------------------------------------
@@ -453,6 +483,7 @@ async def test_a_defunct_row_offers_its_parent(kids: Kids) -> None:
         assert [e.target.pid for e in screen.entries] == [parent.pid]
         assert screen.entries[0].target.create_time == parent.create_time()
         assert screen.entries[0].category == "parent"
+        assert screen.entries[0].user == parent.username()  # read live: it is not in the snapshot
         text = " ".join(screen_text(app).split())
         assert f"{zombie.pid} is defunct" in text
         assert "no signal can end it" in text
@@ -583,11 +614,10 @@ async def test_a_reused_pid_is_refused(kids: Kids) -> None:
     app = app_on(row_of(proc, "python old-job.py", create_time=proc.create_time() - 1000.0))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
-        await open_dialog(pilot, app)
-        await press(pilot, "y")
-        text = await said(pilot, app, "refused")
-        assert text.startswith(f"SIGTERM → {proc.pid} (python old-job.py): refused"), text
-        assert "the PID now belongs to another process" in text
+        await press(pilot, "k")
+        assert not isinstance(app.screen, KillScreen)  # refused before a dialog offers it
+        text = status(app)
+        assert text.startswith(f"{proc.pid} is not offered: the PID now belongs to another process"), text
         await pilot.pause(0.3)
         assert alive(kids, proc)
 
@@ -597,10 +627,9 @@ async def test_an_unknown_start_time_is_refused(kids: Kids) -> None:
     app = app_on(row_of(proc, "python unknown.py", create_time=None))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
-        await open_dialog(pilot, app)
-        await press(pilot, "y")
-        text = await said(pilot, app, "refused")
-        assert "start time is unknown" in text
+        await press(pilot, "k")
+        assert not isinstance(app.screen, KillScreen)
+        assert f"{proc.pid} is not offered: its start time is unknown" in status(app)
         await pilot.pause(0.3)
         assert alive(kids, proc)
 
@@ -626,11 +655,10 @@ async def test_gputui_and_its_ancestors_are_refused(
     app = app_on(row_of(target, "pytest" if who == "self" else "the shell"))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
-        await open_dialog(pilot, app)
-        await pilot.click("#SIGKILL")
-        await press(pilot, "y")
-        text = await said(pilot, app, "refused")
-        assert text.startswith(f"SIGKILL → {target.pid}"), text
+        await press(pilot, "k")
+        assert not isinstance(app.screen, KillScreen)  # never offered, so never sent
+        text = status(app)
+        assert text.startswith(f"{target.pid} is not offered"), text
         assert why in text
     assert all(pid != target.pid for pid, _ in kills), kills
 
@@ -696,7 +724,7 @@ async def test_an_invisible_row_cannot_be_signalled_from_here() -> None:
         await press(pilot, "k")
         assert not isinstance(app.screen, KillScreen)
         text = status(app)
-        assert f"{world.GHOST} is not visible in this PID namespace" in text
+        assert f"{world.GHOST} is not offered" in text and "not visible in this PID namespace" in text
         assert "cannot be signalled from here" in text
 
 
@@ -834,3 +862,41 @@ async def test_k_in_the_zombies_view_signals_a_real_orphan(kids: Kids) -> None:
         await said(pilot, app, f"SIGTERM → {orphan.pid}", "gone")
         assert _wait_until(lambda: ended(kids, orphan), 3.0)
         assert alive(kids, ok)
+
+
+# -- the demo, end to end ----------------------------------------------------------------------------
+
+
+async def test_the_demo_trainer_killed_from_the_ui_takes_its_workers_and_frees_its_gpu() -> None:
+    from gputui.collect.demo import DemoSource
+    from gputui.collect.sampler import Sampler
+
+    sampler = Sampler(DemoSource(gpus=2, workers=3, start_at=120.0))
+    app = GpuTuiApp(sampler, interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await first_frame(pilot, app)
+
+        def trainer_and_workers() -> tuple[ProcessRow | None, list[int]]:
+            procs = app.snapshot.processes if app.snapshot else ()
+            trainer = next((p for p in procs if p.gpu == 0 and p.kinds == "C" and p.visible), None)
+            kids = [p.pid for p in procs if trainer and p.ppid == trainer.pid and p.state != "zombie"]
+            return trainer, kids
+
+        await until(pilot, lambda: len(trainer_and_workers()[1]) == 3, 5.0)
+        trainer, workers = trainer_and_workers()
+        assert trainer is not None
+        await cursor_to(pilot, app, trainer.pid)
+        screen = await open_dialog(pilot, app)
+        assert [e.target.pid for e in screen.entries] == [trainer.pid]
+        assert screen.entries[0].user == psutil.Process().username()
+        assert screen.query_one("#children", Checkbox).value  # its workers hold GPU 0
+        await press(pilot, "T")
+        text = await said(pilot, app, "gone: ")
+        assert all(str(pid) in text for pid in (*workers, trainer.pid)), text
+        assert "still alive" not in text
+        await until(pilot, lambda: trainer.pid not in shown_pids(app), 5.0)
+        assert not psutil.pid_exists(trainer.pid), "a zombie of gputui is left"
+        snap = app.snapshot
+        assert snap is not None and snap.gpus[0].util_gpu == 0
+        assert snap.gpus[0].mem_used == GIB + GIB // 2  # the orphan's: not the trainer's 68.7 GiB
+        assert not any(pid in shown_pids(app) for pid in workers)
