@@ -281,6 +281,9 @@ def _peak_rss_kib(pid: int) -> int | None:
         return None
 
 
+_NO_SETTINGS = tempfile.TemporaryDirectory(prefix="gputui-bench-config-")
+
+
 def start_in_pty(
     args: tuple[str, ...], cols: int, rows: int, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[bytes], int]:
@@ -288,7 +291,8 @@ def start_in_pty(
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     environ = {k: v for k, v in os.environ.items() if k != "COLORTERM"}
-    environ.update(TERM="xterm-256color", **(env or {}))
+    # The defaults, whatever the person running the bench saved (gputui.settings).
+    environ.update(TERM="xterm-256color", XDG_CONFIG_HOME=_NO_SETTINGS.name, **(env or {}))
     proc = subprocess.Popen(
         [sys.executable, "-m", "gputui", *args],
         stdin=slave,

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from gputui import __version__, argtypes, commands
+from gputui import __version__, argtypes, commands, settings
 from gputui.collect.source import SourceUnavailable
 
 if TYPE_CHECKING:
@@ -87,9 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument(
         "--interval",
         type=argtypes.interval,
-        default=1.0,
         metavar="S",
-        help="seconds between samples (default 1)",
+        help="seconds between samples (default 1, or the saved setting)",
+    )
+    top.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="the settings file (default ~/.config/gputui/config.toml, or in $XDG_CONFIG_HOME)",
     )
     top.add_argument("--no-mouse", action="store_true", help="no mouse tracking (less traffic over SSH)")
     top.add_argument("--readonly", action="store_true", help="never send a signal: no kill in the UI")
@@ -378,7 +383,7 @@ def _oneshot(args: argparse.Namespace) -> int:
     # The demo shows a job in full swing, not its warm-up.
     with Sampler(commands.make_source(args, start_at=120.0), devices_dir=args.devices_dir) as sampler:
         sampler.tick()  # %CPU and PCIe rates need a previous reading
-        time.sleep(min(0.5, args.interval))
+        time.sleep(min(0.5, args.interval or 1.0))
         snap = sampler.tick()
     if args.json:
         from gputui.jsonout import snapshot_to_dict
@@ -420,6 +425,7 @@ def _tui(args: argparse.Namespace) -> int:
             mouse=not args.no_mouse,
             devices_dir=args.devices_dir,
             readonly=args.readonly,
+            config_path=args.config or settings.default_path(),
         )
         code = app.run(mouse=not args.no_mouse)
     finally:

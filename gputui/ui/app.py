@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from rich.style import Style
 from textual import on, work
@@ -17,6 +17,7 @@ from textual.events import Key, Resize
 from textual.message import Message
 from textual.reactive import var
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Input
 from textual.worker import get_current_worker
 
@@ -29,6 +30,8 @@ from gputui.collect.sampler import Sampler
 from gputui.collect.signals import Target
 from gputui.collect.source import SourceUnavailable
 from gputui.model import HostProcess, ProcessRow, Snapshot
+from gputui.settings import Settings
+from gputui.ui import layout as layouts
 from gputui.ui.base_app import BaseApp
 from gputui.ui.gpu_panes import CHROME_ROWS, GpuPanes
 from gputui.ui.header import HeaderBar
@@ -190,15 +193,18 @@ class GpuTuiApp(BaseApp):
     def __init__(
         self,
         sampler: Sampler | ReplaySampler,
-        interval: float = 1.0,
+        interval: float | None = 1.0,
         mouse: bool = True,
         devices_dir: Path | None = None,
         readonly: bool = False,
         replay: bool = False,
+        config_path: Path | None = None,
     ) -> None:
+        """`interval` None: the saved one (or 1 s). `config_path`: where the user's settings live (see
+        gputui.settings); None (tests, replay) neither reads nor writes any."""
         super().__init__(mouse=mouse)
         self.sampler = sampler
-        self.set_reactive(GpuTuiApp.interval, interval)
+        self.set_reactive(GpuTuiApp.interval, interval if interval is not None else 1.0)
         self._devices_dir = devices_dir
         self.history = History(max_age=history_seconds())  # the last hour
         self.agent_history = AgentHistory()
@@ -213,6 +219,13 @@ class GpuTuiApp(BaseApp):
         self.escalation: tuple[Target, ...] = ()  # signalled, still alive after 5 s
         self._row_styles: dict[str, Style] = {}
         self._failing: tuple[str, int] | None = None  # (the sampler's error, failed ticks in a row)
+        self.config_path = config_path
+        self.settings = Settings()
+        self._may_save = config_path is not None
+        self._save_pending: Timer | None = None
+        self._save_warned = False
+        if config_path is not None:
+            self._apply_settings(config_path, interval)
 
     @property
     def devices_dir(self) -> Path:
@@ -240,6 +253,8 @@ class GpuTuiApp(BaseApp):
         super().on_mount()  # the palette
         self._interval_changed(self.interval)
         self.panes.set_window(self.window)
+        self.panes.set_layout(self.settings.layout)
+        self.table.workers_folded = self.settings.folded_workers
         self.table.focus()
         self._sample_loop()
 
@@ -267,6 +282,7 @@ class GpuTuiApp(BaseApp):
 
     def watch_interval(self, interval: float) -> None:
         self._interval_changed(interval)
+        self._remember(interval=interval)
         self._wake.set()  # the sampler waits the new interval from now, not the old one's rest
 
     def _interval_changed(self, interval: float) -> None:
@@ -279,6 +295,7 @@ class GpuTuiApp(BaseApp):
 
     def watch_window(self, window: float) -> None:
         self.panes.set_window(window)
+        self._remember(zoom=window)
         self.say(f"sparklines: at least the last {int(window // 60)} min")
 
     def watch_paused(self, paused: bool) -> None:
@@ -389,6 +406,8 @@ class GpuTuiApp(BaseApp):
     def _set_view(self, view: View) -> None:
         self.view = view
         self._refresh_table()
+        descending = BY_KEY[view.sort].descending != view.reverse if view.sort in BY_KEY else False
+        self._remember(sort=view.sort, sort_descending=descending, tree=view.tree)
 
     def _stop_sampling(self) -> None:
         self.stop_background()
@@ -540,10 +559,79 @@ class GpuTuiApp(BaseApp):
 
     def action_cycle_layout(self) -> None:
         choice = self.panes.cycle_layout()
+        self._remember(layout=choice)
         self.say(f"GPU layout: {choice}" + (" (the engine picks for the room)" if choice == "auto" else ""))
 
     def action_zoom(self, step: int) -> None:
         self.window = next_zoom(self.window, step)
+
+    # -- settings that persist ----------------------------------------------------------------------
+
+    def _apply_settings(self, config_path: Path, interval: float | None) -> None:
+        """Start as the user left it. A bad file is one note, and is not written over until fixed."""
+        from gputui import settings as saved
+
+        allowed = {
+            "theme": tuple(self.available_themes),
+            "layout": layouts.CHOICES,
+            "sort": COLUMN_KEYS,
+            "hidden_columns": COLUMN_KEYS,
+        }
+        self.settings, warning = saved.load(config_path, allowed)
+        if warning:
+            self.notes.append(f"{warning} (not written over until fixed)")
+            self._may_save = False
+        s = self.settings
+        self.theme = s.theme
+        if interval is None:  # --interval is for this run: saved only when changed in the app
+            self.set_reactive(GpuTuiApp.interval, s.interval)
+        self.set_reactive(GpuTuiApp.window, s.zoom)
+        descending = BY_KEY[s.sort].descending if s.sort in BY_KEY else False
+        self.view = View(sort=s.sort, reverse=s.sort_descending != descending, tree=s.tree)
+        self.sampler.want_relatives = s.tree
+
+    def _theme_changed(self, theme: object) -> None:
+        super()._theme_changed(theme)
+        self._remember(theme=self.theme)
+
+    def _remember(self, **changes: Any) -> None:
+        """A choice the user made: saved half a second after the last one (a burst of keys is one write)."""
+        if self.config_path is None:
+            return
+        new = replace(self.settings, **changes)
+        if new == self.settings:
+            return
+        self.settings = new
+        if self._may_save:
+            if self._save_pending is not None:
+                self._save_pending.stop()
+            self._save_pending = self.set_timer(0.5, self._save_settings)
+
+    @work(thread=True, group="settings")
+    def _save_settings(self) -> None:
+        self._save_now()
+
+    def _save_now(self) -> None:
+        from gputui import settings as saved
+
+        if self.config_path is None or not self._may_save:
+            return
+        self._save_pending = None
+        current = replace(self.settings, folded_workers=self.table.workers_folded)
+        warning = saved.save(current, self.config_path)
+        if warning and not self._save_warned:  # said once: the app keeps running with what it has
+            self._save_warned = True
+            self.call_from_thread(self.say, warning, "warning")
+
+    def on_unmount(self) -> None:
+        if self.config_path is not None and self._may_save:
+            folded = self.table.workers_folded
+            if self._save_pending is not None or folded != self.settings.folded_workers:
+                self.settings = replace(self.settings, folded_workers=folded)
+                from gputui import settings as saved
+
+                saved.save(self.settings, self.config_path)  # a local file: quick, and quit must not lose it
+        # (BaseApp.on_unmount runs too: Textual calls the handler of every class.)
 
     def check_replay(self) -> bool:
         return self.replay and isinstance(self.sampler, ReplaySampler)
