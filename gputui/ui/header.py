@@ -13,6 +13,7 @@ from gputui.ui.palette import Palette
 from gputui.units import NA, fmt_bytes
 
 HEADER_LINES = 2
+HOST_EVERY_S = 2.0  # the host line changes at most this often (htop: 1.5 s): each change is ~40 bytes
 
 
 class HeaderBar(CellCanvas):
@@ -26,6 +27,7 @@ class HeaderBar(CellCanvas):
         self.note = "starting…"
         self.replay: str | None = None  # "REPLAY 120/3600" when playing a recording
         self.palette = Palette.default()
+        self._host: tuple[float, HostStats | None] | None = None  # (snapshot time, stats) shown
 
     def build(self, width: int) -> list[Line]:
         p = self.palette
@@ -52,7 +54,19 @@ class HeaderBar(CellCanvas):
             versions = Line()
         for part in (versions, clock, badges):
             line.cells.extend(part.cells)
-        return [line, self._host_line(snap.host, width)]
+        return [line, self._host_line(self._host_to_show(snap), width)]
+
+    def _host_to_show(self, snap: Snapshot) -> HostStats | None:
+        """This snapshot's host stats, unless the ones shown are under HOST_EVERY_S old (by the snapshot's
+        clock: a replay seek or a clock step back shows the new ones at once)."""
+        shown = self._host
+        if (
+            shown is None
+            or not 0 <= snap.time - shown[0] < HOST_EVERY_S
+            or (shown[1] is None) != (snap.host is None)
+        ):
+            self._host = shown = (snap.time, snap.host)
+        return shown[1]
 
     def _host_line(self, host: HostStats | None, width: int) -> Line:
         line = Line().add(" ")

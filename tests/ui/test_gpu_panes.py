@@ -296,3 +296,20 @@ async def test_the_header_draws_the_host_line_under_the_first() -> None:
         first, second = lines(app.header)
         assert first.startswith(" gputui ")
         assert "CPU" in second and "LOAD 12.50" in second and "UP 3d 04:12" in second
+
+
+async def test_the_host_line_changes_at_most_every_two_seconds() -> None:
+    app = make_app(gpus=4, interval=30.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await first_frame(pilot, app)
+        app.paused = True
+        assert app.snapshot is not None
+        t = app.snapshot.time + 30
+        busy = dataclasses.replace(HOST, cpu_percent=99.0)
+        await post(pilot, app, dataclasses.replace(app.snapshot, time=t, host=HOST))
+        await post(pilot, app, dataclasses.replace(app.snapshot, time=t + 1, host=busy))
+        assert "CPU  23%" in lines(app.header)[1]  # one second later: unchanged
+        await post(pilot, app, dataclasses.replace(app.snapshot, time=t + 2, host=busy))
+        assert "CPU  99%" in lines(app.header)[1]
+        await post(pilot, app, dataclasses.replace(app.snapshot, time=t - 3600, host=HOST))
+        assert "CPU  23%" in lines(app.header)[1]  # the clock stepped back: shown at once
