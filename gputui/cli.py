@@ -405,6 +405,10 @@ def _prefetch_quietly(sampler: Sampler) -> None:
 def _tui(args: argparse.Namespace) -> int:
     from gputui.collect.sampler import Sampler
 
+    # Imported whole before anything starts: the `finally` below needs it, and a SIGTERM that came in the
+    # middle of Textual's `import asyncio` would leave asyncio half-imported for it (a NameError).
+    from gputui.ui import hangup
+
     no_terminal_hint = "; `gputui --once` prints a table, `gputui --json` a snapshot"
     if args.demo and commands.no_terminal("gputui", "the monitor is full-screen", no_terminal_hint):
         return 2
@@ -429,8 +433,6 @@ def _tui(args: argparse.Namespace) -> int:
         )
         code = app.run(mouse=not args.no_mouse)
     finally:
-        from gputui.ui import hangup
-
         # The terminal is already given back, but the sampler's thread may be stuck in the source, and
         # closing NVML may wait behind that very call. (The demo's children end at once either way.)
         close_within_s = 2.0
