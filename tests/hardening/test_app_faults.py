@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -33,8 +34,9 @@ from gputui.collect.replay import ReplaySampler
 from gputui.collect.sampler import Sampler
 from gputui.model import GpuSample, HostProcess, ProcessRow, Snapshot
 from gputui.ui.app import SORT_CYCLE, GpuTuiApp, SnapshotReady
-from gputui.ui.gpu_panes import FULL_LINES
+from gputui.ui.layout import MIN_TABLE_ROWS
 from gputui.ui.screens import DetailScreen
+from gputui.ui.spark import DIP_GLYPH
 from gputui.units import NA
 from tests.collect.fake_nvml import FakeNvml, FakeProcess
 from tests.ui import world
@@ -43,7 +45,7 @@ from tests.ui.drawn import body, lines, shown_pids
 
 SIZE = (120, 40)
 GIB = 1 << 30
-SPARK = set("▁▂▃▄▅▆▇█")
+SPARK = set("▁▂▃▄▅▆▇█" + DIP_GLYPH)  # a drawn bucket (a dip's first one shows the glyph)
 NO_SUCH_PID = 4194301  # near the largest pid_max (4194304): no such process here
 
 
@@ -74,10 +76,52 @@ def header(app: GpuTuiApp) -> str:
     return lines(app.header)[0]
 
 
+def pane_rows(app: GpuTuiApp) -> list[str]:
+    """The GPU area's drawn rows, not stripped: two columns of panes are cut apart by cell position."""
+    return ["".join(ch for ch, _ in line) for line in app.panes._lines]
+
+
+def panes(app: GpuTuiApp) -> list[list[str]]:
+    """Each GPU's pane (summary line, util rows, mem rows) as text, in GPU order: two columns are filled
+    left column first."""
+    lay = app.panes.gpu_layout
+    assert lay.kind in ("panes", "columns"), lay
+    rows = pane_rows(app)
+    slots = [rows[k : k + lay.rows_per_gpu] for k in range(0, len(rows), lay.rows_per_gpu)]
+    if lay.columns == 1:
+        return [[r.rstrip() for r in slot] for slot in slots]
+    w = lay.column_widths[0]
+    left = [[r[:w].rstrip() for r in slot] for slot in slots]
+    right = [[r[w:].rstrip() for r in slot] for slot in slots if any(r[w:].strip() for r in slot)]
+    return left + right
+
+
+def sparklines(app: GpuTuiApp, pane: list[str]) -> tuple[str, str]:
+    """A pane's util and mem sparklines, their rows joined."""
+    n = app.panes.gpu_layout.spark_rows
+    return "".join(pane[1 : 1 + n]), "".join(pane[1 + n : 1 + 2 * n])
+
+
+def sparklines_drawn(app: GpuTuiApp) -> list[tuple[bool, bool]]:
+    """For each GPU's pane: whether its util and its mem sparkline show any bucket."""
+    return [
+        (bool(SPARK & set(util)), bool(SPARK & set(mem)))
+        for util, mem in (sparklines(app, p) for p in panes(app))
+    ]
+
+
+def mem_value(head: str) -> str:
+    """The memory value of a summary line, with the spaces that right-align it."""
+    m = re.search(r"MEM( +\S+)", head)
+    assert m is not None, head
+    return m[1]
+
+
 def heads(app: GpuTuiApp) -> list[str]:
-    """The first drawn line of every GPU pane (the whole pane when compact)."""
-    drawn = lines(app.panes)
-    return drawn if app.panes.compact else drawn[::FULL_LINES]
+    """Every GPU's summary line (its whole line when the layout is one line per GPU)."""
+    if app.panes.gpu_layout.kind == "lines":
+        return [r.rstrip() for r in pane_rows(app)]
+    return [pane[0] for pane in panes(app)]
 
 
 def drawn_text(app: GpuTuiApp) -> str:
@@ -181,8 +225,8 @@ async def test_per_field_errors_show_na_in_that_pane_only_and_clear_again() -> N
         assert now[2].count(NA) == 6, now[2]  # util, memory, temperature, power, SM clock, P-state
         assert "°C" not in now[2] and " W" not in now[2] and "GiB" not in now[2] and "MHz" not in now[2]
         assert [h for i, h in enumerate(now) if i != 2] == [h for i, h in enumerate(before) if i != 2]
-        pane2 = lines(app.panes)[2 * FULL_LINES : 3 * FULL_LINES]
-        assert pane2[1].lstrip().startswith("util") and pane2[2].lstrip().startswith("mem")
+        util2, mem2 = sparklines(app, panes(app)[2])
+        assert util2.lstrip().startswith("util") and mem2.lstrip().startswith("mem")
         assert body(app) == rows_before  # the processes do not depend on the GPU's fields
         assert "⚠" not in header(app)
 
@@ -249,9 +293,10 @@ async def test_one_lost_gpu_of_8_is_a_badge_and_the_7_others_keep_drawing(size: 
                 assert h == before[i]  # the same numbers as before the loss
                 assert "%" in h and "°C" in h
         if not compact:
-            pane = lines(app.panes)[lost * FULL_LINES : (lost + 1) * FULL_LINES]
-            assert pane[1] == pane[2] == ""  # no sparklines for a lost GPU
-            assert sum(bool(SPARK & set(line)) for line in lines(app.panes)) == 2 * 7
+            assert app.panes.gpu_layout.kind == "columns"  # 8 panes at 120x40: two columns
+            assert all(line == "" for line in panes(app)[lost][1:])  # no sparklines for a lost GPU
+            # The 7 others draw both their sparklines.
+            assert sparklines_drawn(app) == [(i != lost, i != lost) for i in range(8)]
         pids = shown_pids(app)
         assert world.trainer_pid(lost) not in pids
         for g in range(8):
@@ -397,8 +442,10 @@ async def test_nvml_shut_down_underneath_is_drawn_as_na_then_initialized_again(
             await tick()
             # Every value read this tick is unavailable, drawn as n/a (the slow fields, temperature and
             # clocks, are read every 5 s: still the last ones); NVML lists no process this tick.
-            for h in heads(app):
-                assert "UTIL  n/a  MEM           n/a" in h, h
+            for h, was in zip(heads(app), before, strict=True):
+                assert "UTIL  n/a  MEM " in h, h
+                # n/a in the memory value's place, right-aligned: the fields after it do not move.
+                assert mem_value(h).strip() == NA and len(mem_value(h)) == len(mem_value(was)), (h, was)
                 assert h.split("°C")[1].split()[0] == NA, h  # power
             assert body(app) == [" no GPU processes"]
             canvas_cells_printable(app)
@@ -637,23 +684,30 @@ async def test_resized_50_times_a_second_for_5_s_while_snapshots_arrive() -> Non
         assert app.is_running and app.size == final
         pids = sorted(p.pid for p in base.processes)
 
-        def fully_drawn(width: int, compact: bool) -> None:
+        def fully_drawn(width: int, kind: str) -> None:
             assert header(app).startswith(" gputui ") and "train-box-01" in header(app)
-            assert app.panes.compact == compact
-            assert len(lines(app.panes)) == 8 * (1 if compact else FULL_LINES)
-            assert all(h.startswith(f" {g:>2} H100") and "%" in h for g, h in enumerate(heads(app)))
-            if compact:  # the inline sparklines
-                assert all(SPARK & set(h) for h in heads(app))
+            assert app.panes.gpu_layout.kind == kind
+            assert app.panes.compact == (kind == "lines")
+            assert len(lines(app.panes)) == app.panes.gpu_layout.height
+            heads_now = heads(app)
+            assert len(heads_now) == 8
+            assert all(h.startswith(f" {g:>2} H100") and "%" in h for g, h in enumerate(heads_now))
+            if kind == "lines":  # the inline sparklines
+                assert all(SPARK & set(h) for h in heads_now)
+            else:
+                assert sparklines_drawn(app) == [(True, True)] * 8
             assert all(len(line) == width for w in (app.header, app.panes, app.table) for line in w._lines)
             assert lines(app.table)[0].startswith("GPU")
             assert sorted(shown_pids(app)) == pids
 
-        fully_drawn(final[0], compact=True)
-        # And a plain resize after it still switches the layout: 8 full panes and 10 table rows fit.
+        fully_drawn(final[0], "lines")
+        # And a plain resize after it still switches the layout: 8 panes fit in two columns of 66 cells,
+        # and the table keeps its rows.
         await pilot.resize_terminal(133, 41)
         await until(pilot, lambda: app.table.size.width == 133)
         await post(pilot, app, replace(base, time=base.time + posted + 2))
-        fully_drawn(133, compact=False)
+        fully_drawn(133, "columns")
+        assert app.table.size.height > MIN_TABLE_ROWS  # its header and at least 10 rows
 
 
 # -- 6. hostile command lines --------------------------------------------------------------------------
@@ -823,8 +877,7 @@ async def test_wall_clock_jumping_back_an_hour_keeps_drawing() -> None:
         assert app.frames == frames + 10
         assert _clock(t - 3600 + 9) in header(app) and _clock(t + 3) not in header(app)
         assert heads(app)[0].split("UTIL")[1].split()[0] == "49%"  # the numbers are this tick's
-        pane = lines(app.panes)
-        assert all(SPARK & set(line) for i, line in enumerate(pane) if i % FULL_LINES)  # still drawn
+        assert sparklines_drawn(app) == [(True, True)] * 4  # still drawn
         # The history keeps every sample, in arrival order (not sorted): the jump is visible in it.
         times = list(app.history.gpus[0].times)
         assert times[-14:] == [t, t + 1, t + 2, t + 3, *(t - 3600 + k for k in range(10))]
@@ -834,7 +887,7 @@ async def test_wall_clock_jumping_back_an_hour_keeps_drawing() -> None:
         await pilot.resize_terminal(*SIZE)
         await until(pilot, lambda: app.table.size.width == SIZE[0])
         await post(pilot, app, replace(base, time=t - 3600 + 10))
-        assert all(SPARK & set(line) for i, line in enumerate(lines(app.panes)) if i % FULL_LINES)
+        assert sparklines_drawn(app) == [(True, True)] * 4
         assert app.is_running
 
 
@@ -849,11 +902,11 @@ async def test_sparklines_show_new_samples_after_the_clock_jumps_back() -> None:
         # jump must show as full cells.
         bucket = app.panes._bucket_s
         assert bucket > 0
-        spark_before = lines(app.panes)[3 * FULL_LINES + 1]
+        spark_before = sparklines(app, panes(app)[3])[0]
         for k in range(8):
             await post(pilot, app, _util(replace(base, time=t - 3600 + k * bucket), 3, 100))
         assert heads(app)[3].split("UTIL")[1].split()[0] == "100%"
-        spark = lines(app.panes)[3 * FULL_LINES + 1]
+        spark = sparklines(app, panes(app)[3])[0]
         assert spark.count("█") >= spark_before.count("█") + 5, (spark_before, spark)
 
 

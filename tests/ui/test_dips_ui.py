@@ -5,6 +5,7 @@ stalls and evaluation dips."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from gputui.model import AgentReport, Snapshot, TrainingProgress
 from gputui.ui.app import ZOOMS, GpuTuiApp
 from gputui.ui.canvas import Cell
 from gputui.ui.events import EventsScreen
-from gputui.ui.gpu_panes import FULL_LINES
+from gputui.ui.spark import DIP_GLYPH, glyph, view_start
 from gputui.units import NA
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
@@ -60,10 +61,20 @@ def is_dip(style: Style | None, app: GpuTuiApp) -> bool:
     return style is not None and style.bgcolor is not None and style.bgcolor == app.panes.palette.dip.bgcolor
 
 
+def title_line(app: GpuTuiApp, gpu: int) -> list[Cell]:
+    """One GPU's summary line: panes in one column, each a summary line then its sparklines."""
+    lay = app.panes.gpu_layout
+    assert (lay.kind, lay.columns) == ("panes", 1), lay
+    return app.panes._lines[gpu * lay.rows_per_gpu]
+
+
 def spark(app: GpuTuiApp, gpu: int, which: str) -> list[Cell]:
-    """The cells of one GPU's util or mem sparkline (full panes: title, util, mem)."""
-    assert not app.panes.compact
-    line = app.panes._lines[gpu * FULL_LINES + {"util": 1, "mem": 2}[which]]
+    """The cells of the top row of one GPU's util or mem sparkline (the row with the label and the
+    dip glyphs)."""
+    lay = app.panes.gpu_layout
+    title_line(app, gpu)  # checks the layout
+    row = {"util": 1, "mem": 1 + lay.spark_rows}[which]
+    line = app.panes._lines[gpu * lay.rows_per_gpu + row]
     assert "".join(ch for ch, _ in line[:LABEL]).strip() == which
     return line[LABEL:]
 
@@ -110,11 +121,14 @@ async def test_util_sparklines_carry_dip_markers_and_mem_sparklines_never() -> N
             marks = marked_cells(app, g)
             assert len(marks) >= 5, (g, marks)
             assert marked_cells(app, g, "mem") == []
-            title = app.panes._lines[g * FULL_LINES]
-            assert not any(is_dip(style, app) for _, style in title)
-            # Unmarked cells of a busy GPU are mostly full bars; the marked ones hold the dips' low values.
+            assert not any(is_dip(style, app) for _, style in title_line(app, g))
+            # Unmarked cells of a busy GPU are mostly full bars; the marked ones hold the dips' low values,
+            # except each dip's first cell, which holds the dip glyph (seen without colour too).
             cells = spark(app, g, "util")
-            assert sum(cells[x][0] in "▁▂▃" for x in marks) >= 0.8 * len(marks)  # the dips' low values
+            # (the leftmost cell may be a dip that started off screen: no first cell to check there)
+            glyphs = [x for x in marks if x > 0 and cells[x][0] == DIP_GLYPH]
+            assert glyphs == [x for x in marks if x > 0 and x - 1 not in marks], "".join(c for c, _ in cells)
+            assert sum(cells[x][0] in "▁▂▃" + DIP_GLYPH for x in marks) >= 0.8 * len(marks)
             unmarked = [ch for x, (ch, _) in enumerate(cells) if ch.strip() and x not in marks]
             assert sum(ch in HIGH for ch in unmarked) >= 0.8 * len(unmarked)  # busy
 
@@ -128,8 +142,7 @@ async def test_markers_are_the_buckets_the_dips_touch() -> None:
         for g in range(4):
             assert sorted(panes.dips[g]) == sorted((d.start, d.last) for d in recent_dips(app) if d.gpu == g)
             track = panes._tracks[g]
-            start = track.view.start
-            assert start is not None
+            start = view_start(track.util.latest, len(spark(app, g, "util")))
             drawn = {n for n, _ in track.util.buckets}
             want = {n - start for n in panes.marked_buckets(g) if n in drawn and n >= start}
             assert set(marked_cells(app, g)) == want
@@ -143,7 +156,9 @@ async def test_compact_panes_mark_dips_on_their_inline_sparkline() -> None:
         for g, line in enumerate(app.panes._lines):
             marked = [ch for ch, style in line if is_dip(style, app)]
             assert marked, (g, "".join(ch for ch, _ in line))
-            assert all(ch in "▁▂▃▄▅▆▇█" for ch in marked)  # only sparkline cells, not the text around them
+            assert all(
+                ch in "▁▂▃▄▅▆▇█" + DIP_GLYPH for ch in marked
+            )  # only sparkline cells, not the text around them
 
 
 async def test_only_buckets_holding_a_dip_sample_are_marked() -> None:
@@ -154,6 +169,13 @@ async def test_only_buckets_holding_a_dip_sample_are_marked() -> None:
             cells = spark(app, g, "util")
             busy_marked = [(x, cells[x][0]) for x in marked_cells(app, g) if cells[x][0] in HIGH]
             assert busy_marked == [], (g, busy_marked)
+            # A dip's first cell shows the glyph instead of its level: its bucket's minimum is low too.
+            track = app.panes._tracks[g]
+            start = view_start(track.util.latest, len(cells))
+            values = dict(track.util.buckets)
+            glyph_cells = [x for x in marked_cells(app, g) if cells[x][0] == DIP_GLYPH]
+            assert glyph_cells, g
+            assert [x for x in glyph_cells if glyph(values[start + x]) in HIGH] == [], g
 
 
 # -- the Events pane ------------------------------------------------------------------------------
@@ -387,7 +409,8 @@ async def test_replay_seek_back_forgets_the_later_dips() -> None:
         assert all(d.end <= snaps[60].time for d in app.dips.dips)
         assert all(e <= snaps[60].time for spans in app.panes.dips.values() for _, e in spans)
         b = app.panes._bucket_s
-        assert b == 4  # 1 s samples, five minutes on 111 cells
+        width = len(spark(app, 0, "util"))
+        assert b == max(1.0, math.ceil(300 / width))  # 1 s samples, five minutes on the sparkline's cells
         for g in range(4):  # the sparklines were drawn again from the first 61 samples
             filled = [ch for ch, _ in spark(app, g, "util") if ch.strip()]
             assert len(filled) == len({int(s.time // b) for s in snaps[:61]})
