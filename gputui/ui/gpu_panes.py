@@ -269,7 +269,11 @@ class GpuPanes(CellCanvas):
             head.add(*title)
             lost = (
                 Field.of(0, ("LOST", p.error)),
-                Field.of(1, (" — NVML lost this GPU; it needs a reset", p.dim)),
+                # The short form fits a two-column pane: what to do must never be the part that is cut.
+                Field(
+                    1,
+                    (((" — NVML lost this GPU; it needs a reset", p.dim),), ((" — needs a reset", p.dim),)),
+                ),
             )
             for text, style in fit_fields(lost, width - cells.width(title[0]), p.dim):
                 head.add(text, style)
