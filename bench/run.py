@@ -491,8 +491,9 @@ def bench_nvml_calls(gpus: int = 8, ticks: int = 60) -> dict[str, object]:
 
 
 # (name, where the value is in the results, its upper limit): the budgets of the TUI and Zombies issues
+# (bytes/s: 1,200 since the 8-to-16-GPU box issue.)
 BUDGETS = (
-    ("tui bytes/s (8 GPUs, 1 Hz, 120x40)", ("tui", "bytes_per_s"), 1000),
+    ("tui bytes/s (8 GPUs, 1 Hz, 120x40)", ("tui", "bytes_per_s"), 1200),
     ("tui CPU % of a core", ("tui", "cpu_percent_of_core"), 1.5),
     ("tui first full frame s", ("tui", "first_full_frame_s"), 0.5),
     ("tui peak RSS MiB", ("tui", "peak_rss_mib"), 60),
