@@ -156,11 +156,12 @@ def _when(t: float | None) -> str | None:
         return None
 
 
-def _gpu_line(p: object) -> str | None:
-    gpu = getattr(p, "gpu", None)
-    if gpu is None:
+def _gpu_line(p: ProcessRow | HostProcess) -> str | None:
+    if not isinstance(p, ProcessRow) or p.gpu is None:
         return None
-    return f"{gpu}  ({getattr(p, 'kinds', '')})  memory {fmt_bytes(getattr(p, 'used_memory', None))}"
+    if not p.kinds:  # a device holder NVML does not list: it has no memory or utilization of its own
+        return f"{p.gpu}  (holds its device file; not in NVML's list: no GPU memory of its own)"
+    return f"{p.gpu}  ({p.kinds})  memory {fmt_bytes(p.used_memory)}"
 
 
 def render_detail(p: ProcessRow | HostProcess, d: ProcessDetail) -> Table:
