@@ -73,6 +73,14 @@ def _source_parent() -> argparse.ArgumentParser:
     return source
 
 
+def _interval_flag(parser: argparse.ArgumentParser, default: float | None, help: str) -> None:
+    parser.add_argument("--interval", type=argtypes.interval, default=default, metavar="S", help=help)
+
+
+def _no_mouse_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-mouse", action="store_true", help="no mouse tracking (less traffic over SSH)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     source = _source_parent()
     top = _Parser(
@@ -84,19 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[source],
     )
     top.add_argument("--version", action="version", version=f"gputui {__version__}")
-    top.add_argument(
-        "--interval",
-        type=argtypes.interval,
-        metavar="S",
-        help="seconds between samples (default 1, or the saved setting)",
-    )
+    _interval_flag(top, None, "seconds between samples (default 1, or the saved setting)")
     top.add_argument(
         "--config",
         type=Path,
         metavar="PATH",
         help="the settings file (default ~/.config/gputui/config.toml, or in $XDG_CONFIG_HOME)",
     )
-    top.add_argument("--no-mouse", action="store_true", help="no mouse tracking (less traffic over SSH)")
+    _no_mouse_flag(top)
     top.add_argument("--readonly", action="store_true", help="never send a signal: no kill in the UI")
     out = top.add_mutually_exclusive_group()
     out.add_argument("--once", action="store_true", help="print one table and exit (no full-screen view)")
@@ -174,13 +177,7 @@ def _record_parser(sub: argparse._SubParsersAction, source: argparse.ArgumentPar
     p.add_argument(
         "file", help="where to append the snapshots; - for standard output (./- for a file named -)"
     )
-    p.add_argument(
-        "--interval",
-        type=argtypes.interval,
-        default=1.0,
-        metavar="S",
-        help="seconds between snapshots (default 1)",
-    )
+    _interval_flag(p, 1.0, "seconds between snapshots (default 1)")
     p.add_argument("--duration", type=argtypes.positive, metavar="S", help="stop after S seconds")
     p.add_argument("--max-size", type=argtypes.positive, metavar="MB", help="rotate the file at this size")
     p.add_argument("--csv", action="store_true", help="nvidia-smi-style CSV columns instead of JSON Lines")
@@ -196,7 +193,7 @@ def _replay_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", type=Path, help="the recording")
     p.add_argument("--speed", type=argtypes.positive, default=1.0, help="playback speed (2 = twice as fast)")
-    p.add_argument("--no-mouse", action="store_true", help="no mouse tracking (less traffic over SSH)")
+    _no_mouse_flag(p)
     p.set_defaults(handler=commands.replay)
 
 
@@ -217,13 +214,7 @@ def _export_parser(sub: argparse._SubParsersAction, source: argparse.ArgumentPar
         metavar="ADDR",
         help="address to listen on (default 127.0.0.1; 0.0.0.0 for a remote Prometheus)",
     )
-    p.add_argument(
-        "--interval",
-        type=argtypes.interval,
-        default=1.0,
-        metavar="S",
-        help="seconds between samples (default 1)",
-    )
+    _interval_flag(p, 1.0, "seconds between samples (default 1)")
     p.add_argument(
         "--hostname",
         type=argtypes.hostname,
@@ -272,13 +263,7 @@ def _fleet_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--insecure", action="store_true", help="https without checking the certificate (not advised)"
     )
-    p.add_argument(
-        "--interval",
-        type=argtypes.interval,
-        default=5.0,
-        metavar="S",
-        help="seconds between refreshes (default 5)",
-    )
+    _interval_flag(p, 5.0, "seconds between refreshes (default 5)")
     p.add_argument(
         "--window",
         type=argtypes.duration,
@@ -294,7 +279,7 @@ def _fleet_parser(sub: argparse._SubParsersAction) -> None:
         help="give up on a query after S seconds (default 5)",
     )
     p.add_argument("--sort", choices=SORTS, default="busy", help="the hosts' order (default busy)")
-    p.add_argument("--no-mouse", action="store_true", help="no mouse tracking (less traffic over SSH)")
+    _no_mouse_flag(p)
     p.set_defaults(handler=commands.fleet)
 
 

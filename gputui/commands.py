@@ -67,13 +67,15 @@ def agent(args: argparse.Namespace) -> int:
         env = hook.environment(python)
         if args.action == "install":
             path = hook.install(env)
-            print(f"installed {path} for {env.describe()}")
+            print(printable(f"installed {path} for {env.describe()}"))
             print("Python processes of that environment started with GPUTUI_AGENT=1 now run the agent")
         elif args.action == "uninstall":
             removed = hook.uninstall(env)
-            print(f"removed {removed}" if removed else f"no hook was installed for {env.describe()}")
+            print(
+                printable(f"removed {removed}" if removed else f"no hook was installed for {env.describe()}")
+            )
         else:
-            print(f"{hook.status(env)}: {env.hook} for {env.describe()}")
+            print(printable(f"{hook.status(env)}: {env.hook} for {env.describe()}"))
     except hook.HookError as err:
         say(prog, printable(str(err)))
         return 1
