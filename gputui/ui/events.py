@@ -1,4 +1,6 @@
-"""The Events pane: every utilization dip, newest first, and per-GPU dip rates over the visible window."""
+"""The Events pane: every utilization dip, newest first, and per-GPU dip rates over the visible window.
+The dips of one job that happen together (eight ranks waiting on one all-reduce) are one row: see
+gputui.ui.dip_groups. The summary still counts each GPU's own dips."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ from textual.widgets import Static
 from gputui.collect.dips import DipDetector
 from gputui.collect.history import History
 from gputui.model import Snapshot
+from gputui.ui.dip_groups import DipGroup, Jobs, compact_gpus, group_dips, sample_interval
 from gputui.ui.screens import MODAL_CSS, Modal
 from gputui.units import NA
 
-SHOWN = 200
+SHOWN = 200  # rows (a group of dips is one)
 
 
 class EventsScreen(Modal[None]):
@@ -65,11 +68,22 @@ class EventsScreen(Modal[None]):
             )
         return table
 
+    def groups(self) -> list[DipGroup]:
+        """The rows, newest first: ongoing dips, then the ended ones from the newest, grouped by job."""
+        snap = self.snapshot
+        everything = [*self.dips.ongoing(snap.time), *reversed(self.dips.dips)]
+        jobs = Jobs(snap)
+        times = max((h.times for h in self.history.gpus.values()), key=len, default=())
+        return group_dips(everything, lambda d: jobs.of(d.gpu, d.start), sample_interval(times))
+
     def dips_table(self) -> Table:
+        rows = self.groups()[:SHOWN]
+        with_job = any(g.job is not None for g in rows)
         table = Table(box=None, padding=(0, 2), header_style="bold")
         columns: tuple[tuple[str, JustifyMethod], ...] = (
             ("time", "left"),
             ("GPU", "right"),
+            *((("job", "left"),) if with_job else ()),  # only when a row is a job's group
             ("duration", "right"),
             ("depth", "right"),
             ("kind", "left"),
@@ -77,16 +91,23 @@ class EventsScreen(Modal[None]):
         )
         for name, justify in columns:
             table.add_column(name, justify=justify)
-        everything = [*self.dips.ongoing(self.snapshot.time), *reversed(self.dips.dips)]
-        for d in everything[:SHOWN]:
-            kind = d.kind + (" (now)" if d.ongoing else "")
+        for g in rows:
+            deepest = g.deepest
+            kind = g.kind + (" (now)" if g.ongoing else "")
+            job = []
+            if with_job:
+                label = g.job.label if g.job is not None else ""
+                if g.job is not None and len(g.dips) > len(g.gpus):  # a GPU dipped twice in the group
+                    label += f", {len(g.dips)} dips"
+                job = [Text(label, no_wrap=True, overflow="ellipsis")]
             table.add_row(
-                time.strftime("%H:%M:%S", time.localtime(d.start)),
-                str(d.gpu),
-                f"{d.duration:.0f} s",
-                f"-{d.depth:.0f} pts ({d.baseline:.0f}→{d.lowest:.0f}%)",
-                Text(kind, style="yellow" if d.kind == "long" else "red"),
-                Text(d.explanation()),
+                time.strftime("%H:%M:%S", time.localtime(g.start)),
+                compact_gpus(g.gpus),
+                *job,
+                f"{g.duration:.0f} s",
+                f"-{deepest.depth:.0f} pts ({deepest.baseline:.0f}→{deepest.lowest:.0f}%)",
+                Text(kind, style="yellow" if g.kind == "long" else "red"),
+                Text(g.explanation()),
             )
         return table
 
@@ -96,7 +117,8 @@ class EventsScreen(Modal[None]):
             Text(
                 "Under half the recent busy median and 20+ points below it, for 2 s or more, with a process "
                 "on the GPU. stall: shorter than 5 s (often the data loader); long: end of epoch, "
-                "evaluation, checkpoint.",
+                "evaluation, checkpoint. The GPUs of one job (ranks of one launcher) that dip together "
+                "share a row; the per-GPU table counts each GPU's own dips.",
                 style="dim",
             ),
             self.summary_table(),

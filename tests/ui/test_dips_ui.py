@@ -22,6 +22,7 @@ from gputui.collect.replay import ReplaySampler
 from gputui.model import AgentReport, Snapshot, TrainingProgress
 from gputui.ui.app import ZOOMS, GpuTuiApp
 from gputui.ui.canvas import Cell
+from gputui.ui.dip_groups import DipGroup, compact_gpus
 from gputui.ui.events import EventsScreen
 from gputui.ui.spark import DIP_GLYPH, glyph, view_start
 from gputui.units import NA
@@ -181,22 +182,27 @@ async def test_only_buckets_holding_a_dip_sample_are_marked() -> None:
 # -- the Events pane ------------------------------------------------------------------------------
 
 ROW = re.compile(
-    r"^\s*(\d\d:\d\d:\d\d)\s+(\d+)\s+(\d+) s\s+-(\d+) pts \((\d+)→(\d+)%\)\s+"
+    r"^\s*(\d\d:\d\d:\d\d)\s+([\d,\N{EN DASH}]+)\s+(?:(\S.*?)\s{2,})?(\d+) s\s+-(\d+) pts \((\d+)→(\d+)%\)\s+"
     r"(stall|long)( \(now\))?(?:\s+(.*))?$"
 )
 
 
-def dip_rows(body: str) -> list[tuple[str, int, int, str, bool, str]]:
-    """(time, GPU, seconds, kind, ongoing, why) of each row of the dips table; a "why" wrapped onto the
-    next lines is joined."""
-    rows: list[tuple[str, int, int, str, bool, str]] = []
+def dip_rows(body: str) -> list[tuple[str, str, int, str, bool, str]]:
+    """(time, GPUs, seconds, kind, ongoing, why) of each row of the dips table (GPUs as shown: "2", or
+    "0,1,3" for a job's dips that happened together); a "why" wrapped onto the next lines is joined."""
+    rows: list[tuple[str, str, int, str, bool, str]] = []
     for line in body.splitlines():
         m = ROW.match(line)
         if m:
-            rows.append((m[1], int(m[2]), int(m[3]), m[7], bool(m[8]), (m[9] or "").strip()))
+            rows.append((m[1], m[2], int(m[4]), m[8], bool(m[9]), (m[10] or "").strip()))
         elif rows and line.startswith(" " * 40) and line.strip():
             rows[-1] = (*rows[-1][:5], f"{rows[-1][5]} {line.strip()}")
     return rows
+
+
+def shown_rows(app: GpuTuiApp) -> list[DipGroup]:
+    assert isinstance(app.screen, EventsScreen)
+    return app.screen.groups()
 
 
 def summary_rows(body: str) -> dict[int, list[str]]:
@@ -222,15 +228,20 @@ async def test_e_opens_the_events_pane_with_every_dip_and_a_summary_per_gpu() ->
         assert "last 5 min" in body
         dips = recent_dips(app)
         assert len(dips) >= 40
-        want = sorted((clock(d.start), d.gpu, round(d.duration), d.kind, d.ongoing, "") for d in dips)
-        assert sorted(dip_rows(body)) == want
+        # Every dip in one row; the world's four ranks share torchrun, so dips they have together share one.
+        groups = shown_rows(app)
+        assert sorted((d for g in groups for d in g.dips), key=repr) == sorted(dips, key=repr)
+        assert any(len(g.gpus) > 1 for g in groups) and "torchrun pid 4000" in body
+        want = [
+            (clock(g.start), compact_gpus(g.gpus), round(g.duration), g.kind, g.ongoing, "") for g in groups
+        ]
+        assert dip_rows(body) == want
         assert {r[3] for r in dip_rows(body)} == {"stall", "long"}
         # Newest first.
         ends = [d.end for d in reversed(app.dips.dips)]
         assert ends == sorted(ends, reverse=True)
-        assert [r[:3] for r in dip_rows(body) if not r[4]] == [
-            (clock(d.start), d.gpu, round(d.duration)) for d in reversed(app.dips.dips)
-        ]
+        newest = [max(d.end for d in g.dips) for g in groups if not g.ongoing]
+        assert newest == sorted(newest, reverse=True)
         # Per GPU over the visible window: mean utilization, dips, dips per minute, mean dip length.
         assert app.snapshot is not None
         now = app.snapshot.time
@@ -265,13 +276,16 @@ async def test_events_pane_says_why_when_an_agent_reports_its_data_wait() -> Non
         await first_frame(pilot, app)
         await press(pilot, "e")
         rows = dip_rows(events_text(app))
-        assert rows and {r[1] for r in rows} == {0, 1}
-        for _, gpu, _, _, ongoing, why in rows:
+        assert rows and {r[1] for r in rows} == {"0", "1", "0,1"}  # both ranks of one torchrun job
+        for _, gpus, _, _, ongoing, why in rows:
             if not ongoing:
-                assert why == (
-                    "input-bound: 71% of step time waiting for data"
-                    if gpu == 0
-                    else "not input-bound: 12% of step time waiting for data"
+                assert (
+                    why
+                    == {
+                        "0": "input-bound: 71% of step time waiting for data",
+                        "1": "not input-bound: 12% of step time waiting for data",
+                        "0,1": "input-bound: 71% of step time waiting for data on GPU 0 (12% on GPU 1)",
+                    }[gpus]
                 )
 
 
@@ -417,7 +431,8 @@ async def test_replay_seek_back_forgets_the_later_dips() -> None:
             assert marked_cells(app, g) or not any(d.gpu == g for d in recent_dips(app))
         await press(pilot, "e")
         rows = dip_rows(events_text(app))
-        assert len(rows) == len(recent_dips(app))
+        assert len(rows) == len(shown_rows(app))
+        assert sum(len(g.dips) for g in shown_rows(app)) == len(recent_dips(app))
 
 
 async def test_replay_pause_and_seek_while_paused() -> None:
