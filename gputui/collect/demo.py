@@ -52,6 +52,7 @@ _TOTAL = 81559 * (1 << 20)  # an H100 80GB HBM3 as NVML reports it
 _RESERVED = 515 * (1 << 20)
 _CHILD = Path(__file__).with_name("demo_train.py")
 _RAMP_S = 10.0  # warm-up: memory climbs, utilization follows
+_ALLREDUCE_BPS = 75e9  # NVLink bytes/s each way while training
 
 
 class _Sim:
@@ -73,21 +74,48 @@ class _Sim:
         self.uuid = "GPU-" + "-".join(f"{rng.getrandbits(b):0{b // 4}x}" for b in (32, 16, 16, 16, 48))
         self.ended_at: float | None = None  # when its trainer ended: from then on the GPU idles
 
-    def noise(self, t: float, spread: float) -> float:
-        return random.Random(f"{self.seed}:{self.index}:{int(t)}").uniform(-spread, spread)
+    def noise(self, t: float, spread: float, salt: str = "") -> float:
+        return random.Random(f"{self.seed}:{self.index}:{int(t)}{salt}").uniform(-spread, spread)
 
-    def util(self, t: float) -> float:
+    def stage(self, t: float) -> str:
+        """Where the trainer is at `t`: train, eval, stall (the data loader cannot keep up) or ended."""
         if self.ended_at is not None and t >= self.ended_at:
-            return 0.0
-        ramp = min(1.0, t / _RAMP_S)
+            return "ended"
         pos = (t + self.phase) % self.epoch
         if pos > self.epoch - self.eval:
+            return "eval"
+        if any(s <= pos < s + d for s, d in self.stalls):
+            return "stall"
+        return "train"
+
+    def util(self, t: float) -> float:
+        stage = self.stage(t)
+        if stage == "ended":
+            return 0.0
+        ramp = min(1.0, t / _RAMP_S)
+        if stage == "eval":
             level = 18.0 + self.noise(t, 8.0)  # evaluation: small batches, CPU-side metrics
-        elif any(s <= pos < s + d for s, d in self.stalls):
-            level = 22.0 + self.noise(t, 10.0)  # the data loader cannot keep up
+        elif stage == "stall":
+            level = 22.0 + self.noise(t, 10.0)
         else:
             level = 95.0 + self.noise(t, 3.0)
         return max(0.0, min(100.0, level * (0.3 + 0.7 * ramp)))
+
+    def nvlink(self, t: float) -> tuple[int, int]:
+        """(rx, tx) bytes/s. The trainers are ranks of one data-parallel job: every training step ends in a
+        ring all-reduce of the gradients, sending and receiving about the same amount, ~75 GB/s each way
+        averaged over a second (an H100 SXM's 18 links carry 450 GB/s each way). Evaluation only
+        gathers metrics; a stalled or ended trainer sends nothing."""
+        stage = self.stage(t)
+        if stage == "train":
+            level = _ALLREDUCE_BPS * (0.3 + 0.7 * min(1.0, t / _RAMP_S))
+        elif stage == "eval":
+            level = 0.2e9
+        else:
+            return 0, 0
+        return round(level * (1 + self.noise(t, 0.08, ":rx"))), round(
+            level * (1 + self.noise(t, 0.08, ":tx"))
+        )
 
     def memory(self, t: float) -> int:
         """Climbs while the model and optimizer state load, then stays flat: the caching allocator keeps
@@ -261,6 +289,7 @@ class DemoSource:
             ghost = GIB if i == self.gpu_count - 1 and self.gpu_count > 1 else 0
             busy = util / 100.0
             power = min(sim.power_cap, 72.0 + 600.0 * busy + sim.noise(t, 6.0))
+            nvlink_rx, nvlink_tx = sim.nvlink(t)
             self._energy[i] += power * dt
             if slow or i not in self._slow or not running:  # like NVML's: refreshed every few seconds
                 self._slow[i] = self._slow_fields(sim, t, util, power)
@@ -279,9 +308,12 @@ class DemoSource:
                     power=round(power, 1),
                     power_limit=sim.power_cap,
                     energy=round(self._energy[i], 1),
-                    fan=None,
+                    fan=None,  # an H100 SXM module has no fan (the chassis cools it): NVML says N/A
                     pcie_rx=round(busy * 9.5e9),
                     pcie_tx=round(busy * 0.8e9),
+                    nvlink_rx=nvlink_rx,
+                    nvlink_tx=nvlink_tx,
+                    ecc_errors=0,  # ECC on, as on data-centre H100s, and no error since the driver loaded
                     compute_mode="Default",
                     persistence_mode=True,
                     mig_mode=False,

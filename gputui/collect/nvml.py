@@ -5,11 +5,15 @@ that field, ``NotSupported``/``FunctionNotFound`` also stop asking for it, and `
 lost without hiding the others. Calls are spread over three cadences to keep a tick cheap (about 8 NVML
 calls per GPU per tick at 1 Hz):
 
-- every tick: utilization, memory, one batched field read (power, power limit, energy, PCIe byte
-  counters), the compute and graphics process lists, per-process utilization;
+- every tick: utilization, memory, one batched field read (power, power limit, energy, PCIe and NVLink
+  byte counters, volatile uncorrected ECC errors), the compute and graphics process lists, per-process
+  utilization;
 - slow ticks (every few seconds): temperature, clocks, P-state, clock-event reasons, fan, encoder and
   decoder, the MPS process list (every tick once MPS clients were seen);
-- every SETTINGS_EVERY slow ticks: compute, persistence and MIG modes.
+- every SETTINGS_EVERY slow ticks: compute, persistence, MIG and ECC modes (and, until it is known,
+  whether the GPU has NVLink at all).
+
+A batched field whose own nvmlReturn says NotSupported is not asked for again.
 """
 
 from __future__ import annotations
@@ -52,6 +56,13 @@ _F_ENERGY = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION  # mJ
 _F_PCIE_TX = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES  # byte counters; rates come from deltas
 _F_PCIE_RX = pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
 _FIELDS = (_F_POWER, _F_LIMIT, _F_ENERGY, _F_PCIE_TX, _F_PCIE_RX)
+# Asked for only when ECC is on: "double bit" is NVML's name for uncorrected errors.
+_F_ECC = pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL
+# Asked for only on a GPU with NVLink: cumulative KiB counters, rates come from deltas. nvml.h: "A scopeId
+# of UINT_MAX returns aggregate value summed up across all links"; scope 0 would be link 0 alone.
+_F_NVLINK_TX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+_F_NVLINK_RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+_ALL_LINKS = 0xFFFFFFFF
 
 
 class _ProcessInfoV1(ctypes.Structure):
@@ -93,6 +104,9 @@ class _Gpu:
     mps_seen: bool = False
     procs_failed: bool = False  # its process list could not be read this tick
     pcie_prev: tuple[float, int, int] | None = None  # (monotonic time, tx bytes, rx bytes)
+    ecc_on: bool | None = None  # ECC mode from the settings tier; None: unknown or unsupported
+    nvlink: bool | None = None  # has NVLink; None: not known yet
+    nvlink_prev: dict[int, tuple[int, int]] = field(default_factory=dict)  # field id -> (µs, KiB)
 
 
 def _text(value: Any) -> str:
@@ -319,6 +333,8 @@ class NvmlSource:
         h = gpu.handle
         util = self._get(gpu, "util", pynvml.nvmlDeviceGetUtilizationRates, h)
         mem_total, mem_used, mem_reserved = self._memory(gpu)
+        if settings:  # before the batched read, which asks for ECC and NVLink only where they exist
+            self._read_features(gpu)
         fast = self._fields(gpu)
         if fast.get("power") is None:
             mw = self._get(gpu, "power", pynvml.nvmlDeviceGetPowerUsage, h)
@@ -350,13 +366,37 @@ class NvmlSource:
         m = self._get(gpu, "mem_v1", pynvml.nvmlDeviceGetMemoryInfo, gpu.handle)
         return (m.total, m.used, None) if m is not None else (None, None, None)
 
+    def _read_features(self, gpu: _Gpu) -> None:
+        """ECC mode (changes only with a reset) and whether NVLink exists (asked until NVML says)."""
+        ecc = self._get(gpu, "ecc_mode", pynvml.nvmlDeviceGetEccMode, gpu.handle)
+        gpu.ecc_on = ecc[0] == pynvml.NVML_FEATURE_ENABLED if ecc is not None else None
+        if gpu.nvlink is None:
+            # Any answer for link 0, active or not, means the GPU has NVLink; NotSupported: it has none.
+            state = self._get(gpu, "nvlink", pynvml.nvmlDeviceGetNvLinkState, gpu.handle, 0)
+            if state is not None:
+                gpu.nvlink = True
+            elif "nvlink" in gpu.skip:
+                gpu.nvlink = False
+
+    def _field_ids(self, gpu: _Gpu) -> list[int | tuple[int, int]]:
+        ids: list[int | tuple[int, int]] = list(_FIELDS)
+        if gpu.ecc_on:
+            ids.append(_F_ECC)
+        if gpu.nvlink:
+            ids += [(_F_NVLINK_TX, _ALL_LINKS), (_F_NVLINK_RX, _ALL_LINKS)]
+        return [i for i in ids if f"field {i[0] if isinstance(i, tuple) else i}" not in gpu.skip]
+
     def _fields(self, gpu: _Gpu) -> dict[str, float | None]:
-        """Power, power limit, energy and PCIe rates from one batched call."""
-        values = self._get(gpu, "fields", pynvml.nvmlDeviceGetFieldValues, gpu.handle, list(_FIELDS))
+        """Power, power limit, energy, PCIe and NVLink rates, ECC errors: one batched call."""
+        ids = self._field_ids(gpu)
+        values = self._get(gpu, "fields", pynvml.nvmlDeviceGetFieldValues, gpu.handle, ids) if ids else None
         if values is None:
             return {}
         if any(fv.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST for fv in values):
             raise _Lost
+        for fv in values:
+            if fv.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                gpu.skip.add(f"field {fv.fieldId}")
         got = {fv.fieldId: _field_value(fv) for fv in values}
         out = {
             key: _from_milli(got.get(fid))  # mW to W, mJ to J
@@ -370,7 +410,27 @@ class NvmlSource:
             if prev is not None and now > prev[0] and tx >= prev[1] and rx >= prev[2]:
                 out["pcie_tx"] = (tx - prev[1]) / (now - prev[0])
                 out["pcie_rx"] = (rx - prev[2]) / (now - prev[0])
+        ecc = got.get(_F_ECC)
+        out["ecc_errors"] = int(ecc) if ecc is not None and gpu.ecc_on else None
+        by_id = {fv.fieldId: fv for fv in values}
+        for key, fid in (("nvlink_tx", _F_NVLINK_TX), ("nvlink_rx", _F_NVLINK_RX)):
+            if fid in by_id:
+                out[key] = self._nvlink_rate(gpu, by_id[fid], got.get(fid))
         return out
+
+    @staticmethod
+    def _nvlink_rate(gpu: _Gpu, fv: Any, kib: float | int | None) -> float | None:
+        """Bytes/s from a cumulative KiB counter and the previous reading of it. None on the first
+        reading, when the counter went back (the driver was reloaded) and when no time has passed."""
+        if kib is None:
+            return None  # failed this tick: the previous reading stays, the next rate spans both
+        # NVML stamps each value (µs since 1970); a driver that leaves it 0 gets our clock instead.
+        ts = int(fv.timestamp) if fv.timestamp > 0 else int(time.monotonic() * 1_000_000)
+        prev = gpu.nvlink_prev.get(fv.fieldId)
+        gpu.nvlink_prev[fv.fieldId] = (ts, int(kib))
+        if prev is None or ts <= prev[0] or kib < prev[1]:
+            return None
+        return (int(kib) - prev[1]) * 1024 / ((ts - prev[0]) / 1_000_000)
 
     def _read_slow(self, gpu: _Gpu) -> dict[str, Any]:
         h, get = gpu.handle, self._get

@@ -25,6 +25,10 @@ counts ``(name, first argument)`` pairs, e.g. ``("nvmlDeviceGetClockInfo", NVML_
 
 A value of ``None`` in a FakeGpu attribute behind a query means the GPU does not support it: the call
 raises NVMLError_NotSupported (a GPU without a fan, ...).
+
+NVLink: ``nvlink_tx_kib``/``nvlink_rx_kib`` hold one cumulative KiB counter per link (None: no NVLink).
+The field values answer scopeId = link for one link and scopeId = UINT_MAX for the sum of all, as nvml.h
+describes; any other scope gets NVML_ERROR_INVALID_ARGUMENT in that field's nvmlReturn.
 """
 
 from __future__ import annotations
@@ -116,7 +120,11 @@ DEFAULT_FIELD_TYPES = {
     pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
     pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
     pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
 }
+ALL_LINKS = 0xFFFFFFFF  # the scopeId that asks for the sum over every NVLink link
 _UNION_MEMBER = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
     pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
@@ -163,6 +171,12 @@ class FakeGpu:
     persistence: int | None = 1
     mig: tuple[int, int] | None = (0, 0)
     capability: tuple[int, int] | None = (9, 0)  # CUDA compute capability (H100)
+    ecc_mode: tuple[int, int] | None = None  # (current, pending); None: ECC not supported
+    ecc_uncorrected: int = 0  # volatile double-bit errors, answered while ECC is on
+    nvlink_tx_kib: list[int] | None = None  # per link, cumulative KiB; None: no NVLink
+    nvlink_rx_kib: list[int] | None = None
+    nvlink_tx_rate: int = 0  # bytes/s per link: advance() adds them to the counters
+    nvlink_rx_rate: int = 0
     processes: dict[str, list[FakeProcess]] = field(default_factory=lambda: {"C": [], "G": [], "M": []})
     util_samples: list[UtilSample] = field(default_factory=list)
     field_types: dict[int, int] = field(default_factory=lambda: dict(DEFAULT_FIELD_TYPES))
@@ -260,6 +274,8 @@ class FakeNvml:
         "nvmlDeviceGetMigMode",
         "nvmlDeviceGetProcessUtilization",
         "nvmlDeviceGetCudaComputeCapability",
+        "nvmlDeviceGetEccMode",
+        "nvmlDeviceGetNvLinkState",
         "_nvmlGetFunctionPointer",
     )
 
@@ -300,6 +316,9 @@ class FakeNvml:
             g.energy_mj += int((g.power_mw or 0) * seconds)
             g.pcie_tx_bytes += int(g.pcie_tx_rate * seconds)
             g.pcie_rx_bytes += int(g.pcie_rx_rate * seconds)
+            for links, rate in ((g.nvlink_tx_kib, g.nvlink_tx_rate), (g.nvlink_rx_kib, g.nvlink_rx_rate)):
+                if links is not None:
+                    links[:] = [kib + int(rate * seconds) // 1024 for kib in links]
 
     def fail(
         self, gpu: int | None, name: str, error: Any, *, arg: Any = ANY, times: int | None = None
@@ -504,7 +523,21 @@ class FakeNvml:
         return m
 
     @staticmethod
-    def _field_raw(gpu: FakeGpu, field_id: int) -> int | None:
+    def _field_raw(gpu: FakeGpu, field_id: int, scope: int) -> int | None:
+        """The raw value, None for not supported; -1 for a scope that names no link."""
+        links = {
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: gpu.nvlink_tx_kib,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: gpu.nvlink_rx_kib,
+        }
+        if field_id in links:
+            counters = links[field_id]
+            if counters is None:
+                return None
+            if scope == ALL_LINKS:
+                return sum(counters)
+            return counters[scope] if scope < len(counters) else -1
+        if field_id == pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL:
+            return gpu.ecc_uncorrected if gpu.ecc_mode is not None and gpu.ecc_mode[0] else None
         return {
             pynvml.NVML_FI_DEV_POWER_INSTANT: gpu.power_mw,
             pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: gpu.power_limit_mw,
@@ -517,16 +550,21 @@ class FakeNvml:
         gpu = self._enter("nvmlDeviceGetFieldValues", handle)
         values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
         for fv, fid in zip(values, fieldIds, strict=True):
-            if not isinstance(fid, int):
-                self._violation(f"field id {fid!r} is not an int")
+            scope = 0
+            if isinstance(fid, tuple) and len(fid) == 2 and all(isinstance(x, int) for x in fid):
+                fid, scope = fid  # the binding's (fieldId, scopeId) form
+            elif not isinstance(fid, int):
+                self._violation(f"field id {fid!r} is neither an int nor (fieldId, scopeId)")
                 fid = int(fid[0])
             fv.fieldId = fid
-            fv.scopeId = 0
+            fv.scopeId = scope
             fv.timestamp = int(self.now * 1_000_000)
-            raw = self._field_raw(gpu, fid)
+            raw = self._field_raw(gpu, fid, scope)
             ret = gpu.field_returns.get(fid, pynvml.NVML_SUCCESS)
             if raw is None and ret == pynvml.NVML_SUCCESS:
                 ret = pynvml.NVML_ERROR_NOT_SUPPORTED
+            if raw == -1 and ret == pynvml.NVML_SUCCESS:
+                ret = pynvml.NVML_ERROR_INVALID_ARGUMENT
             fv.nvmlReturn = ret
             if ret != pynvml.NVML_SUCCESS or raw is None:
                 continue
@@ -608,6 +646,17 @@ class FakeNvml:
     def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
         gpu = self._enter("nvmlDeviceGetMigMode", handle)
         return list(self._supported(gpu.mig))
+
+    def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
+        gpu = self._enter("nvmlDeviceGetEccMode", handle)
+        return list(self._supported(gpu.ecc_mode))
+
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
+        gpu = self._enter("nvmlDeviceGetNvLinkState", handle, link)
+        links = self._supported(gpu.nvlink_tx_kib)
+        if not 0 <= link < len(links):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return pynvml.NVML_FEATURE_ENABLED
 
     # -- processes --------------------------------------------------------------------------------------
 

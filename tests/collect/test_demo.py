@@ -501,6 +501,40 @@ def test_gpu_3_is_power_capped_when_busy(sim: tuple[DemoSource, FakeClock]) -> N
         assert g.sm_clock < g.sm_clock_max
 
 
+def test_nvlink_follows_the_all_reduce_of_training_steps(sim: tuple[DemoSource, FakeClock]) -> None:
+    src, clock = sim
+    for t, r in _timeline(src, clock, 20.0, 320.0, 0.5):
+        for g in r.gpus:
+            stage = src.sims[g.index].stage(t)
+            assert g.nvlink_rx is not None and g.nvlink_tx is not None
+            if stage == "train":  # gradients all-reduced every step: both ways, tens of GB/s
+                assert 60e9 <= g.nvlink_rx <= 90e9 and 60e9 <= g.nvlink_tx <= 90e9, (t, g)
+                assert g.util_gpu is not None and g.util_gpu > 85
+            elif stage == "eval":  # metrics only
+                assert 0 < g.nvlink_rx < 1e9 and 0 < g.nvlink_tx < 1e9, (t, g)
+            else:  # a stalled step sends nothing
+                assert g.nvlink_rx == g.nvlink_tx == 0, (t, g)
+
+
+def test_nvlink_ramps_up_with_warm_up_and_stops_with_the_trainer() -> None:
+    src = DemoSource(gpus=2, clock=FakeClock())  # the simulation alone: no processes needed
+    train_t = [t for t in range(30, 200) if src.sims[0].stage(t) == "train"]
+    assert src.sims[0].stage(0.5) == "train"  # seed 0: GPU 0 starts mid-epoch
+    early, late = src.reading_at(0.5, True, [1, 2]), src.reading_at(float(train_t[0]), True, [1, 2])
+    assert early.gpus[0].nvlink_tx is not None and late.gpus[0].nvlink_tx is not None
+    assert early.gpus[0].nvlink_tx < late.gpus[0].nvlink_tx / 2
+    ended = src.reading_at(float(train_t[1]), True, [None, 2])
+    assert (ended.gpus[0].nvlink_rx, ended.gpus[0].nvlink_tx) == (0, 0)
+
+
+def test_ecc_on_without_errors_and_no_fan_as_on_an_h100_sxm(sim: tuple[DemoSource, FakeClock]) -> None:
+    src, clock = sim
+    for _, r in _timeline(src, clock, 0.0, 60.0, 5.0):
+        for g in r.gpus:
+            assert g.ecc_errors == 0
+            assert g.fan is None  # NVML reports no fan speed for an SXM module
+
+
 def test_unaccounted_memory_and_an_invisible_process(cleanup: list[object]) -> None:
     clock = FakeClock()
     src = DemoSource(gpus=4, clock=clock, start_at=120.0)
