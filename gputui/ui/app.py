@@ -135,6 +135,7 @@ class GpuTuiApp(BaseApp):
         Binding("t,f5", "tree", "Tree", key_display="t"),
         Binding("g", "choose_gpu", "GPU"),
         Binding("v", "cycle_layout", "Layout", show=False),
+        Binding("c", "columns", "Columns", show=False),
         Binding("p", "pause", "Pause"),
         Binding("plus", "faster", "Faster", key_display="+", show=False),
         Binding("minus", "slower", "Slower", key_display="-", show=False),
@@ -166,6 +167,7 @@ class GpuTuiApp(BaseApp):
         ("e", "events: every utilization dip (when, how long, how deep, why) and per-GPU dip rates"),
         ("D", "doctor: why isn't my GPU being used? (this machine, and the highlighted process)"),
         ("v", "GPU layout: auto, panes, two columns, one line per GPU"),
+        ("c", "choose the process table's columns (hidden ones stay hidden next time)"),
         (
             "f / F",
             "show or fold the workers of the highlighted rank / of every rank (its +3; a click on it too)",
@@ -255,6 +257,7 @@ class GpuTuiApp(BaseApp):
         self.panes.set_window(self.window)
         self.panes.set_layout(self.settings.layout)
         self.table.workers_folded = self.settings.folded_workers
+        self.table.hidden = frozenset(self.settings.hidden_columns)
         self.table.focus()
         self._sample_loop()
 
@@ -562,6 +565,19 @@ class GpuTuiApp(BaseApp):
         self._remember(layout=choice)
         self.say(f"GPU layout: {choice}" + (" (the engine picks for the room)" if choice == "auto" else ""))
 
+    def action_columns(self) -> None:
+        from gputui.ui.columns import ColumnsScreen
+
+        self.push_screen(ColumnsScreen(self.table.hidden), self._set_hidden_columns)
+
+    def _set_hidden_columns(self, hidden: frozenset[str] | None) -> None:
+        if hidden is None:
+            return
+        self.table.hidden = hidden
+        self._remember(hidden_columns=tuple(sorted(self.table.hidden)))
+        labels = ", ".join(BY_KEY[k].label for k in COLUMN_KEYS if k in self.table.hidden)
+        self.say(f"hidden columns: {labels} (c to choose)" if labels else "every column shows")
+
     def action_zoom(self, step: int) -> None:
         self.window = next_zoom(self.window, step)
 
@@ -750,6 +766,7 @@ class GpuTuiApp(BaseApp):
         yield SystemCommand("Sample slower", "Longer refresh interval", self.action_slower)
         yield SystemCommand("Zombies", "Only the suspicious processes, with reasons", self.action_zombies)
         yield SystemCommand("Events", "Utilization dips and per-GPU dip rates", self.action_events)
+        yield SystemCommand("Columns", "Show or hide process table columns", self.action_columns)
         yield SystemCommand("Doctor", "Why isn't my GPU being used?", self.action_doctor)
         yield SystemCommand(
             "Allocator", "PyTorch allocator of the highlighted process", self.action_allocator

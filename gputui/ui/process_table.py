@@ -6,7 +6,8 @@ tick that changes one number per row re-renders every cell of every row. Measure
 one line build per visible row and sends only the changed cells.
 
 The table owns what the user changes in it and what it keeps between builds: which ranks show their
-workers (`f`, `F`), how far COMMAND is scrolled (←/→), and the cache of built rows.
+workers (`f`, `F`), how far COMMAND is scrolled (←/→), which columns are hidden (`c`), and the cache of
+built rows.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _MIN_COMMAND = 24
 SCROLL_STEP = 8  # cells per ←/→
 # Dropped first when the terminal is too narrow for every column and a readable command line.
 _DROP_ORDER = ("bw", "time", "rss", "kinds", "state", "cpu", "user", "category")
+ALWAYS_SHOWN = frozenset({"pid", "command"})
 
 
 @lru_cache(maxsize=256)
@@ -90,6 +92,7 @@ class ProcessTable(CursorTable):
         self.row_cache = RowCache()
         self.folding = Folding()
         self.command_offset = 0  # cells of COMMAND scrolled off to the left
+        self._hidden: frozenset[str] = frozenset()
         self._source: tuple[Snapshot, View, dict[str, Style]] | None = None
 
     # -- rows ----------------------------------------------------------------------------------------
@@ -119,6 +122,18 @@ class ProcessTable(CursorTable):
     def workers_folded(self, folded: bool) -> None:
         self.folding = Folding(expand_all=not folded)
         self._rebuild()
+
+    @property
+    def hidden(self) -> frozenset[str]:
+        """The columns the user hid (`c`, and a setting). PID and COMMAND always show: a row needs them."""
+        return self._hidden
+
+    @hidden.setter
+    def hidden(self, keys: frozenset[str]) -> None:
+        keys = frozenset(keys) - ALWAYS_SHOWN
+        if keys != self._hidden:
+            self._hidden = keys
+            self.redraw()
 
     def action_fold(self) -> None:
         """Show or fold the workers of the rank under the cursor (or of the rank of the worker under it)."""
@@ -160,8 +175,8 @@ class ProcessTable(CursorTable):
 
     def _layout(self, width: int) -> list[tuple[int, int]]:
         """(column index, width) of the columns that fit; the command line takes what is left."""
-        shown = list(range(len(COLUMNS) - 1))
-        drop = [i for key in _DROP_ORDER for i, c in enumerate(COLUMNS) if c.key == key]
+        shown = [i for i in range(len(COLUMNS) - 1) if COLUMNS[i].key not in self._hidden]
+        drop = [i for key in _DROP_ORDER for i, c in enumerate(COLUMNS) if c.key == key and i in shown]
 
         def used() -> int:
             return sum(COLUMNS[i].width + _GAP for i in shown)

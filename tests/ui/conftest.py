@@ -16,10 +16,14 @@ def make_app(
     devices_dir: Path | None = None,
     unaccounted: bool = False,
     readonly: bool = False,
+    workers: int = 2,
+    holding: bool = False,
 ) -> GpuTuiApp:
     """The app on the fixed world: five minutes of history, then the same last snapshot on every tick
     (a test that wants change posts SnapshotReady messages itself)."""
-    replay, past = world.sampler(gpus=gpus, weird=weird, unaccounted=unaccounted)
+    replay, past = world.sampler(
+        gpus=gpus, weird=weird, unaccounted=unaccounted, workers=workers, holding=holding
+    )
     app = GpuTuiApp(
         replay, interval=interval, devices_dir=devices_dir or Path("/nonexistent"), readonly=readonly
     )

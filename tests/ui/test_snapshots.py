@@ -8,6 +8,7 @@ import time
 import pytest
 from textual.pilot import Pilot
 
+from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 
 
@@ -17,8 +18,16 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> None:
     time.tzset()
 
 
-def _snap(snap_compare, size: tuple[int, int], *keys: str, gpus: int = 4) -> bool:  # type: ignore[no-untyped-def]
-    app = make_app(gpus=gpus, unaccounted=True)
+def _snap(
+    snap_compare,
+    size: tuple[int, int],
+    *keys: str,
+    gpus: int = 4,
+    workers: int = 2,
+    app=None,
+    **world_options,
+) -> bool:  # type: ignore[no-untyped-def]
+    app = app or make_app(gpus=gpus, unaccounted=True, workers=workers, **world_options)
 
     async def run_before(pilot: Pilot) -> None:
         await first_frame(pilot, app)
@@ -38,6 +47,40 @@ def test_main_view(snap_compare, size: tuple[int, int]) -> None:  # type: ignore
 
 def test_main_view_8_gpus(snap_compare) -> None:  # type: ignore[no-untyped-def]
     assert _snap(snap_compare, (120, 40), gpus=8)
+
+
+def test_8_ranks_with_3_workers_each_at_120x40(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """The everyday box: torchrun with 8 ranks, each with 3 DataLoader workers folded into it (+3)."""
+    assert _snap(snap_compare, (120, 40), gpus=8, workers=3, holding=True)
+
+
+def test_16_gpus_at_200x60(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """One line per GPU, util and memory sparklines filling the width."""
+    assert _snap(snap_compare, (200, 60), gpus=16)
+
+
+WIDE_COMMAND = "python 训练.py --名前 データ --tag cafe\u0301 n\u0303o --out /data/実験/run-7"
+
+
+def test_wide_and_combining_characters_keep_the_columns(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """A CJK command line (two cells a character) and combining marks (none) stay inside their row."""
+    import dataclasses
+
+    from gputui.collect.replay import ReplaySampler
+
+    app = make_app(gpus=4, unaccounted=True)
+    replay = app.sampler
+    assert isinstance(replay, ReplaySampler)
+
+    def wide(snap):  # type: ignore[no-untyped-def]
+        rows = tuple(
+            dataclasses.replace(r, command=WIDE_COMMAND, user="山田太郎") if r.pid == world.WEIRD_PID else r
+            for r in snap.processes
+        )
+        return dataclasses.replace(snap, processes=rows)
+
+    replay.snapshots = [wide(s) for s in replay.snapshots]
+    assert _snap(snap_compare, (120, 40), app=app)
 
 
 def test_help(snap_compare) -> None:  # type: ignore[no-untyped-def]

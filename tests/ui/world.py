@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gputui.collect.demo import DemoSource
 from gputui.collect.replay import ReplaySampler
-from gputui.model import GpuProcess, HostProcess, ProcessRow, Snapshot, unaccounted_memory
+from gputui.model import GpuProcess, HostProcess, HostStats, ProcessRow, Snapshot, unaccounted_memory
 
 START = 1_795_000_000.0  # the wall clock of the first snapshot
 LAUNCHER = 4000
@@ -51,7 +51,31 @@ def _row(gp: GpuProcess) -> ProcessRow:
     )
 
 
-def _hosts(gpus: int) -> tuple[HostProcess, ...]:
+def _worker_row(h: HostProcess) -> ProcessRow:
+    gpu = ((h.ppid or 0) - trainer_pid(0)) // 10  # its rank's GPU
+    return ProcessRow(
+        gpu=gpu,
+        pid=h.pid,
+        kinds="",
+        used_memory=None,
+        sm_util=None,
+        mem_util=None,
+        visible=True,
+        user=h.user,
+        name=h.name,
+        command=h.command,
+        cpu_percent=h.cpu_percent,
+        rss=h.rss,
+        create_time=h.create_time,
+        state=h.state,
+        ppid=h.ppid,
+        devices=(f"/dev/nvidia{gpu}", "/dev/nvidiactl", "/dev/nvidia-uvm"),
+        category="worker",
+        reason=f"a child of GPU process {h.ppid}",
+    )
+
+
+def _hosts(gpus: int, workers: int = 2) -> tuple[HostProcess, ...]:
     hosts = [
         HostProcess(
             pid=LAUNCHER,
@@ -66,7 +90,7 @@ def _hosts(gpus: int) -> tuple[HostProcess, ...]:
         )
     ]
     for g in range(gpus):
-        for w in range(2):
+        for w in range(workers):
             hosts.append(
                 HostProcess(
                     pid=trainer_pid(g) + 1 + w,
@@ -84,14 +108,21 @@ def _hosts(gpus: int) -> tuple[HostProcess, ...]:
 
 
 def snapshots(
-    gpus: int = 4, seconds: int = 360, weird: bool = True, unaccounted: bool = False
+    gpus: int = 4,
+    seconds: int = 360,
+    weird: bool = True,
+    unaccounted: bool = False,
+    workers: int = 2,
+    holding: bool = False,
 ) -> list[Snapshot]:
-    """`seconds` + 1 snapshots, one a second, of a job that has been running for a while. With
-    `unaccounted`, GPU 0 has 1.5 GiB that no process accounts for (the demo's leak), which adds a row."""
+    """`seconds` + 1 snapshots, one a second, of a job that has been running for a while, each rank with
+    `workers` DataLoader workers; `holding`: the workers hold their rank's device file (forked after CUDA
+    started, as real ones are), so they are rows of class worker. With `unaccounted`, GPU 0 has 1.5 GiB that
+    no process accounts for (the demo's leak), which adds a row."""
     demo = DemoSource(gpus=gpus, seed=0)
     demo.ghost_pid = GHOST
     pids = [trainer_pid(g) for g in range(gpus)]
-    hosts = _hosts(gpus)
+    hosts = _hosts(gpus, workers)
     out = []
     for k in range(seconds + 1):
         reading = demo.reading_at(600.0 + k, slow=k % 5 == 0, trainer_pids=pids)
@@ -117,6 +148,8 @@ def snapshots(
                 state="sleeping",
                 ppid=1,
             )
+        if holding:
+            rows += [_worker_row(h) for h in hosts if h.name == "pt_data_worker"]
         out.append(
             Snapshot(
                 time=START + k,
@@ -129,15 +162,31 @@ def snapshots(
                 processes=tuple(rows),
                 unaccounted_memory=unaccounted_memory(reading.gpus, tuple(procs)) if unaccounted else {},
                 host_processes=hosts,
+                host=HostStats(
+                    cpu_percent=38.0 + (k % 7),
+                    cpu_count=96,
+                    mem_total=2048 * GIB,
+                    mem_used=(612 + k % 3) * GIB,
+                    swap_total=8 * GIB,
+                    swap_used=0,
+                    load=(36.2, 35.8, 33.1),
+                    uptime=9 * 86400 + 4 * 3600 + k,
+                ),
             )
         )
     return out
 
 
 def sampler(
-    gpus: int = 4, seconds: int = 360, history: int = 360, weird: bool = True, unaccounted: bool = False
+    gpus: int = 4,
+    seconds: int = 360,
+    history: int = 360,
+    weird: bool = True,
+    unaccounted: bool = False,
+    workers: int = 2,
+    holding: bool = False,
 ) -> tuple[ReplaySampler, list[Snapshot]]:
     """A ReplaySampler whose first `history` snapshots are meant to be put into the app's History
     before it starts (see `make_app`), so sparklines have five minutes behind them at once."""
-    snaps = snapshots(gpus, seconds, weird, unaccounted)
+    snaps = snapshots(gpus, seconds, weird, unaccounted, workers, holding)
     return ReplaySampler(snaps[history:]), snaps[:history]
