@@ -51,15 +51,15 @@ class ColumnsScreen(Modal[frozenset[str]]):
 
     def compose(self) -> ComposeResult:
         choices = [
-            Selection(Text.assemble((f"{c.label:<8}", "bold"), MEANING.get(c.key, "")), c.key, c.key not in self.hidden)
+            Selection(Text.assemble((f"{c.label:<8}", "bold"), MEANING[c.key]), c.key, initial_state=shown)
             for c in CHOOSABLE
+            for shown in [c.key not in self.hidden]
         ]
         with Vertical():
             yield Static(Text("Columns of the process table", style="bold"), markup=False)
             yield SelectionList[str](*choices, id="columns")
-            yield Static(
-                Text("space shows / hides · Esc closes · PID and COMMAND always show", style="dim"), markup=False
-            )
+            note = "space shows / hides · Esc closes · PID and COMMAND always show"
+            yield Static(Text(note, style="dim"), markup=False)
 
     def action_close(self) -> None:
         shown = set(self.query_one("#columns", SelectionList).selected)
