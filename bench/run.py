@@ -7,7 +7,9 @@ holders: the /dev/nvidia* holder scan in a world of 1,000 real processes with ~2
          scan of every /proc/*/fd (and fuser / lsof when installed).
 tui:     `gputui --demo --demo-gpus 8` at 1 Hz in a 120x40 pseudo-terminal (TERM=xterm-256color, no
          COLORTERM, as over SSH), measured for 30 s after a 5 s warm-up: bytes/s written to the terminal,
-         CPU % of one core (the whole process tree), peak RSS, time to the first full frame.
+         CPU % of one core (the whole process tree), peak RSS, time to the first full frame. The demo's
+         8 trainers are 8 ranks with 3 DataLoader workers each. tui_16_gpus_200x60, tui_4_gpus_200x60:
+         the same for the one-line-per-GPU layout and for taller charts (no budget of their own).
 nvml:    NVML queries per GPU per tick through the Sampler at 1 Hz on a fake NVML (real pynvml structs).
 budgets: each budget of the TUI and Zombies issues with its value and pass/fail (also on stderr).
 exporter: `gputui export` on the demo: a sample, a scrape (and its bytes), a real exporter's CPU and RSS.
@@ -532,6 +534,9 @@ def main() -> int:
         "agent": bench_agent(),
         "agent_poll": bench_agent_poll(),
         "tui": bench_tui(measure=args.measure),
+        # The other layouts the issue names: one line per GPU, and taller charts for a few GPUs.
+        "tui_16_gpus_200x60": bench_tui(gpus=16, cols=200, rows=60, measure=args.measure),
+        "tui_4_gpus_200x60": bench_tui(gpus=4, cols=200, rows=60, measure=args.measure),
         "exporter": bench_exporter(),
         "fleet": bench_fleet(measure=args.measure),
     }

@@ -135,3 +135,22 @@ async def test_a_cjk_and_combining_command_line_stays_inside_the_canvas(cols: in
             assert sum(width(s.text) for s in strip) == cols
         # The screen shows the command's start, wide characters and all.
         assert "python 訓練.py --データ" in "".join(s.text for s in board.render_line(0))
+
+
+def test_spaces_between_values_take_the_ink_before_them() -> None:
+    """A gap's foreground is invisible: it joins the run before it, so the line is fewer colour codes."""
+    value, label = Style(color="green", bold=True), Style(color="grey50")
+    line = Line().add("61°C", value).add("  ", label).add("647 W", value)
+    assert [style for _, style in line.cells] == [value] * len("61°C  647 W")
+
+
+@pytest.mark.parametrize(
+    "visible", [Style(underline=True), Style(reverse=True), Style(bgcolor="red"), Style(strike=True)]
+)
+def test_spaces_keep_a_style_that_shows_on_a_blank(visible: Style) -> None:
+    """Underline, reverse, a background, a strike: a space draws them, so it keeps its own style, and a
+    space never takes such a style from the cell before it."""
+    after_visible = Line().add("x", visible).add("  ", PLAIN)
+    assert [s for _, s in after_visible.cells] == [visible, PLAIN, PLAIN]
+    visible_spaces = Line().add("x", PLAIN).add("  ", visible)
+    assert [s for _, s in visible_spaces.cells] == [PLAIN, visible, visible]
