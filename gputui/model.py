@@ -120,6 +120,11 @@ class ProcessDetail:
     device_files: tuple[str, ...] | None  # None: /proc/PID/fd is not readable
     children: tuple[HostProcess, ...]
     error: str | None = None  # "process is gone", "create time changed", ...
+    # Its distributed-training variables (NCCL_*, RANK, MASTER_ADDR, ... only: never the rest of an
+    # environment, which may hold secrets), sorted by name, printable and cut; see collect.procs.
+    training_env: tuple[tuple[str, str], ...] = ()
+    training_env_more: int = 0  # matching variables left out beyond those
+    environ_cut: bool = False  # larger than gputui reads: variables past its first bytes are unseen
 
 
 # What a gputui agent (gputui.agent, inside a training process) said, validated at the boundary by

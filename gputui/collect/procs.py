@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import psutil
 
+from gputui import cells
 from gputui.collect import procfs
 from gputui.collect.classify import Facts, classify
 from gputui.collect.holders import HolderScan
@@ -391,6 +392,100 @@ def device_files(pid: int, devices_dir: Path) -> tuple[str, ...] | None:
     return tuple(sorted(held))
 
 
+# /proc/PID/environ is usually a few KiB, but execve() lets a process start with MiBs of it: the
+# detail reads at most this much, so a huge one cannot stall the worker or fill memory.
+MAX_ENVIRON = 1 << 20
+MAX_ENV_VALUE = 200  # cells of a value shown (PYTORCH_CUDA_ALLOC_CONF is a few dozen)
+MAX_ENV_NAME = 64  # cells of a name (NCCL_ is a prefix: the rest of the name is anyone's)
+MAX_ENV_VARS = 64
+# Only these are shown: an environment holds tokens and passwords. Exact names, not MASTER_*: a
+# MASTER_PASSWORD is no training variable.
+TRAINING_NAMES = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "PYTORCH_CUDA_ALLOC_CONF",
+    }
+)
+TRAINING_PREFIXES = ("NCCL_",)
+_NAMES = frozenset(n.encode() for n in TRAINING_NAMES)
+_PREFIXES = tuple(p.encode() for p in TRAINING_PREFIXES)
+
+
+@dataclass(frozen=True, slots=True)
+class Environ:
+    """What the detail shows of an environment: made safe here, like every other string of a process."""
+
+    cuda_visible_devices: str | None
+    training: tuple[tuple[str, str], ...]
+    more: int  # matching variables beyond MAX_ENV_VARS
+    cut: bool  # the environment is larger than MAX_ENVIRON: the variables past it are not seen
+
+
+def _read_bounded(path: str, limit: int) -> tuple[bytes, bool]:
+    """At most `limit` bytes of `path`, and whether there was more."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit:
+            chunk = os.read(fd, min(1 << 16, limit - size))
+            if not chunk:
+                return b"".join(chunks), False
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks), os.read(fd, 1) != b""
+    finally:
+        os.close(fd)
+
+
+def _env_value(raw: bytes, cells_max: int) -> str:
+    # Decode no more than could fill the cells (4 bytes a character), then cut to cells: a 128 KiB
+    # value costs the same as a short one. Zero-width characters can outlast the bytes: mark the cut.
+    head = raw[: 4 * cells_max]
+    text = printable(head.decode("utf-8", errors="replace"))
+    if len(head) < len(raw):
+        return cells.cut(text, cells_max - 1, "") + cells.ELLIPSIS
+    return cells.cut(text, cells_max)
+
+
+def read_environ(pid: int, limit: int = MAX_ENVIRON) -> Environ | None:
+    """The variables of /proc/PID/environ the detail shows; None when it is not readable: another
+    user's process (EACCES), or hidden by hidepid or gone (ENOENT: psutil's reads tell which)."""
+    try:
+        data, cut = _read_bounded(f"/proc/{pid}/environ", limit)
+    except OSError:
+        return None
+    entries = data.split(b"\0")
+    if cut:
+        entries.pop()  # the last one is cut short: `RANK=1` of `RANK=12` would be a wrong value
+    seen: dict[bytes, bytes] = {}
+    for entry in entries:
+        name, eq, value = entry.partition(b"=")
+        if (
+            eq
+            and name not in seen
+            and (name in _NAMES or name.startswith(_PREFIXES) or name == b"CUDA_VISIBLE_DEVICES")
+        ):
+            seen[name] = value  # the first of two with one name: the one getenv() returns
+    cvd = seen.pop(b"CUDA_VISIBLE_DEVICES", None)
+    shown = sorted((_env_value(n, MAX_ENV_NAME), _env_value(v, MAX_ENV_VALUE)) for n, v in seen.items())
+    return Environ(
+        cuda_visible_devices=None if cvd is None else _text(cvd.decode("utf-8", errors="replace")),
+        training=tuple(shown[:MAX_ENV_VARS]),
+        more=max(0, len(shown) - MAX_ENV_VARS),
+        cut=cut,
+    )
+
+
 def describe(pid: int, create_time: float | None, devices_dir: Path) -> ProcessDetail:
     """Everything the detail view shows; reads /proc, so call it off the UI thread."""
     empty = ProcessDetail(
@@ -408,7 +503,7 @@ def describe(pid: int, create_time: float | None, devices_dir: Path) -> ProcessD
         if create_time is not None and started is not None and abs(started - create_time) > 0.01:
             return replace(empty, error="the PID now belongs to another process")
         cmdline = _maybe(proc.cmdline)
-        env = _maybe(proc.environ)
+        env = read_environ(pid)
         kids = []
         for child in _maybe(lambda: proc.children(recursive=True)) or ():
             with child.oneshot():
@@ -430,8 +525,11 @@ def describe(pid: int, create_time: float | None, devices_dir: Path) -> ProcessD
             pid=pid,
             command=_command(cmdline, None),
             cwd=_text(_maybe(proc.cwd)),
-            cuda_visible_devices=_text(env.get("CUDA_VISIBLE_DEVICES")) if env is not None else None,
+            cuda_visible_devices=env.cuda_visible_devices if env is not None else None,
             environ_readable=env is not None,
+            training_env=env.training if env is not None else (),
+            training_env_more=env.more if env is not None else 0,
+            environ_cut=env.cut if env is not None else False,
             device_files=device_files(pid, devices_dir),
             children=tuple(kids),
         )

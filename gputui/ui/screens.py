@@ -14,11 +14,11 @@ from textual.containers import VerticalScroll
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from gputui.collect.procs import describe
+from gputui.collect.procs import MAX_ENVIRON, TRAINING_NAMES, TRAINING_PREFIXES, describe
 from gputui.collect.stacks import is_python, py_spy_dump
 from gputui.model import GpuSample, HostProcess, ProcessDetail, ProcessRow
 from gputui.ui._textual_compat import DismissOnce
-from gputui.units import NA, fmt_bytes, printable
+from gputui.units import NA, fmt_bytes, fmt_pct, printable
 
 MODAL_CSS = """
 ModalScreen { align: center middle; }
@@ -156,6 +156,41 @@ def _when(t: float | None) -> str | None:
         return None
 
 
+def _ago(seconds: float) -> str:
+    m = int(seconds) // 60
+    if m < 1:
+        return f"{int(seconds)} s ago"
+    if m < 60:
+        return f"{m} min ago"
+    if m < 24 * 60:
+        return f"{m // 60} h {m % 60} min ago"
+    return f"{m // 1440} d {m % 1440 // 60} h ago"
+
+
+def _started(t: float | None, now: float) -> str | None:
+    """`2026-11-24 06:31:02  (3 h 12 min ago)`: local time, and how long it has run."""
+    when = _when(t)
+    if t is None or when is None:
+        return None
+    if t > now + 1:  # a clock set back since it started: the date alone, no negative age
+        return when
+    return f"{when}  ({_ago(max(0.0, now - t))})"
+
+
+_NO_TRAINING_ENV = (
+    "(none set of " + ", ".join([f"{p}*" for p in TRAINING_PREFIXES] + sorted(TRAINING_NAMES)) + ")"
+)
+
+
+def _training_env(d: ProcessDetail) -> str:
+    lines = [f"{name}={value}" for name, value in d.training_env]
+    if d.training_env_more:
+        lines.append(f"… {d.training_env_more} more")
+    if d.environ_cut:
+        lines.append(f"(only its first {fmt_bytes(MAX_ENVIRON, 0)} read: variables past it not seen)")
+    return "\n".join(lines) or _NO_TRAINING_ENV
+
+
 def _gpu_line(p: ProcessRow | HostProcess) -> str | None:
     if not isinstance(p, ProcessRow) or p.gpu is None:
         return None
@@ -164,19 +199,25 @@ def _gpu_line(p: ProcessRow | HostProcess) -> str | None:
     return f"{p.gpu}  ({p.kinds})  memory {fmt_bytes(p.used_memory)}"
 
 
-def render_detail(p: ProcessRow | HostProcess, d: ProcessDetail) -> Table:
+def render_detail(p: ProcessRow | HostProcess, d: ProcessDetail, now: float | None = None) -> Table:
+    """`now`: the clock the age is counted on (a test's fixed one); the wall clock by default."""
     grid = _Grid()
     add = grid.add
     if d.error:
         add("error", d.error, "red")
     add("command", d.command or p.command)
     add("user", p.user)
+    # CPU and RSS are the row's, of the last tick: the detail does not measure them again.
+    add("started", _started(p.create_time, time.time() if now is None else now))
+    add("CPU", fmt_pct(p.cpu_percent))
+    add("RSS", fmt_bytes(p.rss))
     add("cwd", d.cwd)
     if d.environ_readable:
         cvd = d.cuda_visible_devices
         add("CUDA_VISIBLE_DEVICES", cvd if cvd is not None else "(unset)")
-    else:
-        add("CUDA_VISIBLE_DEVICES", "(environment not readable: another user's process)", "dim")
+        add("training env", _training_env(d))
+    elif d.error is None:  # once for every variable: none of them can be read
+        add("environment", "(environment not readable: another user's process)", "dim")
     if d.device_files is None:
         add("device files", "(not readable: run as root to see them)", "dim")
     else:
