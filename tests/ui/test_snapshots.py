@@ -8,6 +8,7 @@ import time
 import pytest
 from textual.pilot import Pilot
 
+from gputui.ui.screens import DetailScreen
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 
@@ -16,6 +17,8 @@ from tests.ui.conftest import first_frame, make_app
 def utc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TZ", "UTC")  # the header's clock
     time.tzset()
+    # The detail's "started … (N h ago)": counted from the world's last sample, not from today.
+    monkeypatch.setattr(DetailScreen, "clock", staticmethod(lambda: world.START + 360.0))
 
 
 def _snap(
