@@ -558,7 +558,10 @@ class GpuTuiApp(BaseApp):
         if self.snapshot is not None:
             from gputui.ui.events import EventsScreen
 
-            self.push_screen(EventsScreen(self.dips, self.history, self.snapshot, self.panes.window))
+            # While it is open, the sampler reads the GPU processes' parents: a job's row names its launcher.
+            self.sampler.want_relatives = True
+            screen = EventsScreen(self.dips, self.history, self.snapshot, self.panes.window)
+            self.push_screen(screen, lambda _: setattr(self.sampler, "want_relatives", self.view.tree))
 
     def action_cycle_layout(self) -> None:
         choice = self.panes.cycle_layout()

@@ -125,3 +125,23 @@ async def test_a_group_with_a_dip_still_running_is_open() -> None:
             [START, f"0{RANGE}7", "torchrun pid 4242", "10 s", "-90 pts (95→5%)", "long (now)"],
             [START, "8", "10 s", "-90 pts (95→5%)", "long (now)"],
         ]
+
+
+async def test_the_sampler_reads_parents_while_events_is_open() -> None:
+    """A job's row names its launcher, which only the parents' reading knows (outside the tree view)."""
+    from tests.ui.conftest import make_app
+
+    app = make_app(gpus=4)
+    async with app.run_test(size=SIZE) as pilot:
+        await first_frame(pilot, app)
+        assert app.sampler.want_relatives is False
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, EventsScreen)
+        assert app.sampler.want_relatives is True
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.sampler.want_relatives is False  # back to what the table needs
+        await pilot.press("t", "e", "escape")
+        await pilot.pause()
+        assert app.sampler.want_relatives is True  # the tree view still wants them
