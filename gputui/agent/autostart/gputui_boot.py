@@ -37,8 +37,12 @@ def _ours() -> None:
 
 
 def start() -> None:
-    if os.environ.get("GPUTUI_AGENT") != "1":
-        return
+    if os.environ.get("GPUTUI_AGENT") == "1":
+        start_now()
+
+
+def start_now() -> None:
+    """Start the agent here and now: `gputui attach` runs this file in a process that is already running."""
     try:
         if sys.version_info < MIN_PYTHON:
             raise RuntimeError(f"it needs Python 3.10 or later, this is {sys.version.split()[0]}")
@@ -53,3 +57,5 @@ def start() -> None:
 
 if __name__ in ("__main__", "<run_path>"):
     start()
+elif __name__ == "gputui_attach":  # runpy.run_path(this file, run_name="gputui_attach"): `gputui attach`
+    start_now()

@@ -1,0 +1,240 @@
+"""Can this process be attached, and how? Only /proc and the kernel's settings are read: nothing is
+stopped or traced here, so the doctor and the UI may ask as often as they like.
+
+Every refusal is one line that says why and what to do about it.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from gputui.agent import protocol
+from gputui.units import printable
+
+MIN_PYTHON = (3, 10)  # as the agent needs
+REMOTE_EXEC_PYTHON = (3, 14)  # sys.remote_exec (PEP 768)
+CAP_SYS_PTRACE = 19
+YAMA = Path("/proc/sys/kernel/yama/ptrace_scope")
+# A Python interpreter's file name: python, python3, python3.11, python3.13t (free-threaded), pypy is not
+# one (no PyGILState_Ensure to call the same way).
+_EXE = re.compile(r"python(?:(\d+)(?:\.(\d+))?[a-z]*)?")
+_LIBPYTHON = re.compile(r"/libpython(\d+)\.(\d+)[a-z]*\.so")
+GDB_INSTALL = "install gdb (apt install gdb, or dnf install gdb)"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How `attach` would go about it."""
+
+    pid: int
+    uid: int
+    user: str
+    exe: str  # the interpreter's file, as /proc/PID/exe resolves it
+    python: tuple[int, int] | None  # None: a Python whose version its file name does not say
+    mechanism: str  # "remote_exec" or "gdb"
+    tool: str  # the interpreter that runs sys.remote_exec, or the debugger
+    already: bool = False  # its agent already listens: attaching is a no-op
+
+    @property
+    def version(self) -> str:
+        return "Python " + (".".join(map(str, self.python)) if self.python else "of unknown version")
+
+    def describe(self) -> str:
+        """What will happen, in one line (the confirmation dialog and `gputui attach` say it)."""
+        if self.already:
+            return f"pid {self.pid} already runs gputui's agent: nothing to do"
+        if self.mechanism == "remote_exec":
+            how = "sys.remote_exec runs a two-line bootstrap at its next safe point (no pause)"
+        else:
+            how = "gdb pauses it for a moment to start the agent's thread, then detaches"
+        return (
+            f"attach gputui's agent to pid {self.pid} ({self.version}, user {self.user}): {how}; "
+            "the job keeps running, torch is not imported and CUDA is not touched"
+        )
+
+
+@dataclass(frozen=True)
+class Refusal:
+    pid: int
+    reason: str  # one line: why, and what to do
+
+
+def check(pid: int, proc: Path = Path("/proc")) -> Plan | Refusal:
+    """Whether `pid` can be attached, and how; never raises."""
+    try:
+        return _check(pid, proc)
+    except OSError as err:  # gone between two reads, or a /proc file we could not read
+        if not (proc / str(pid)).exists():
+            return Refusal(pid, f"no process with pid {pid}")
+        return Refusal(pid, f"pid {pid}: cannot read it: {printable(err.strerror or str(err))}")
+
+
+def _check(pid: int, proc: Path) -> Plan | Refusal:
+    def no(reason: str) -> Refusal:
+        return Refusal(pid, reason)
+
+    if pid <= 1:
+        return no(f"pid {pid} is the system's init: gputui never attaches to it")
+    if pid == os.getpid():
+        return no(f"pid {pid} is gputui itself")
+    base = proc / str(pid)
+    if not base.exists():
+        return no(f"no process with pid {pid}")
+    status = _status(base / "status")
+    state = status.get("State", "?")[:1]
+    if state == "Z":
+        return no(f"pid {pid} is defunct (a zombie): nothing runs in it any more")
+    if state in "Tt":
+        return no(f"pid {pid} is stopped (state {state}): resume it first (kill -CONT {pid})")
+    if state == "D":
+        return no(
+            f"pid {pid} is in uninterruptible sleep (state D, waiting on the driver or a disk): a debugger "
+            "would wait with it; try again when it runs"
+        )
+    tracer = _int(status.get("TracerPid", "0"))
+    if tracer:
+        return no(f"pid {pid} is already traced by pid {tracer} (a debugger, py-spy): one tracer at a time")
+    uid = _int(status.get("Uid", "-1").split()[0])
+    user = _user(uid)
+    me = os.geteuid()
+    if me != 0 and uid != me:
+        return no(f"pid {pid} belongs to {user}: only {user} or root can attach to it (sudo gputui attach)")
+    if me == 0 and not _has_cap(Path("/proc/self/status"), CAP_SYS_PTRACE) and uid != 0:
+        return no(
+            "gputui runs without CAP_SYS_PTRACE (a container started without --cap-add SYS_PTRACE): "
+            "it cannot attach to another user's process"
+        )
+    if (why := _container_boundary(base, proc / "self")) is not None:
+        return no(f"pid {pid} {why}: run `gputui attach` inside it (docker exec / kubectl exec)")
+    exe = os.readlink(base / "exe").removesuffix(" (deleted)")
+    python = _python_version(exe, base / "maps")
+    if python is False:
+        return no(f"pid {pid} is not a Python process ({printable(exe)[:80]}): the agent runs in a Python")
+    version = python if isinstance(python, tuple) else None
+    if version is not None and version < MIN_PYTHON:
+        return no(f"pid {pid} runs Python {version[0]}.{version[1]}: the agent needs Python 3.10 or later")
+    if (sock := protocol.socket_path(pid, protocol.runtime_dir(uid))).exists():
+        return Plan(pid, uid, user, exe, version, "agent", str(sock), already=True)
+    if (why := _ptrace_forbidden(pid, me)) is not None:
+        return no(why)
+    if version is not None and version >= REMOTE_EXEC_PYTHON:
+        if me == 0 and uid != 0 and not _root_only(Path(exe)):
+            return no(
+                f"pid {pid}'s Python ({printable(exe)[:80]}) is writable by others: gputui will not run it "
+                f"as root; run `gputui attach {pid}` as {user}"
+            )
+        return Plan(pid, uid, user, exe, version, "remote_exec", exe)
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return no(f"attaching to pid {pid} (its Python is older than 3.14) needs gdb: {GDB_INSTALL}")
+    return Plan(pid, uid, user, exe, version, "gdb", gdb)
+
+
+# -- reading /proc -----------------------------------------------------------------------------------
+
+
+def _status(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        out[key] = value.strip()
+    return out
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return -1
+
+
+def _user(uid: int) -> str:
+    try:
+        return printable(pwd.getpwuid(uid).pw_name)
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
+
+
+def _has_cap(status: Path, cap: int) -> bool:
+    try:
+        return bool(int(_status(status).get("CapEff", "0"), 16) >> cap & 1)
+    except (OSError, ValueError):
+        return False
+
+
+def _container_boundary(target: Path, me: Path) -> str | None:
+    """The agent's files are put where this process sees them, and its socket is named after the pid this
+    process sees: a target in another mount or PID namespace sees neither."""
+    for ns, what in (("mnt", "another mount namespace"), ("pid", "another PID namespace")):
+        try:
+            if os.stat(target / "ns" / ns).st_ino != os.stat(me / "ns" / ns).st_ino:
+                return f"is in {what} (a container)"
+        except OSError:
+            continue  # a kernel without that namespace
+    return None
+
+
+def _python_version(exe: str, maps: Path) -> tuple[int, int] | bool | None:
+    """(major, minor) when the interpreter's file name or its libpython says; None for a Python whose
+    version neither says; False when it is not a Python at all."""
+    name = Path(exe).name
+    m = _EXE.fullmatch(name)
+    if m and m.group(2):
+        return int(m.group(1)), int(m.group(2))
+    try:
+        with open(maps, errors="replace") as f:
+            for line in f:
+                if lib := _LIBPYTHON.search(line):
+                    return int(lib.group(1)), int(lib.group(2))
+    except OSError:
+        pass
+    return None if m else False
+
+
+def _ptrace_forbidden(pid: int, me: int) -> str | None:
+    """Yama's ptrace_scope: 0 classic, 1 only a descendant (or root), 2 only root, 3 nobody."""
+    try:
+        scope = int(YAMA.read_text().strip())
+    except (OSError, ValueError):
+        return None  # no Yama: classic rules, which the uid check above covers
+    if scope >= 3:
+        return "kernel.yama.ptrace_scope is 3: no process may be attached to until the next reboot"
+    if me == 0 or scope == 0:
+        return None
+    if scope == 1 and _is_descendant(pid, os.getpid()):
+        return None
+    return (
+        f"kernel.yama.ptrace_scope is {scope}: only root may attach to a process it did not start; run "
+        f"`sudo gputui attach {pid}`"
+        + (", or allow it with `sudo sysctl kernel.yama.ptrace_scope=0`" if scope == 1 else "")
+    )
+
+
+def _is_descendant(pid: int, ancestor: int) -> bool:
+    seen = set()
+    while pid > 1 and pid not in seen:
+        if pid == ancestor:
+            return True
+        seen.add(pid)
+        try:
+            pid = _int(_status(Path(f"/proc/{pid}/status")).get("PPid", "0"))
+        except OSError:
+            return False
+    return False
+
+
+def _root_only(path: Path) -> bool:
+    """The file and every directory above it are root's and nobody else may write them: root may run it."""
+    try:
+        for p in (path, *path.parents):
+            info = p.stat()
+            if info.st_uid != 0 or info.st_mode & 0o022:
+                return False
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,244 @@
+"""Attaching: the agent's files put where the target can read them and nobody else can write, the
+bootstrap run in the target (gdb, or sys.remote_exec on Python 3.14+), then its agent's answer awaited.
+
+The bootstrap is one expression that binds no name in the target: it runs gputui_boot.py from the copy,
+which starts the agent exactly as `gputui.agent.start()` does (the target's own gputui if it has one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import gputui
+from gputui.attach.preflight import GDB_INSTALL, Plan, Refusal, check
+from gputui.collect.agents import AgentPoller
+from gputui.units import printable
+
+TIMEOUT_S = 8.0  # the debugger and the agent's first answer, together
+GRACE_S = 2.0  # after an interrupt, for gdb to unwind its call and detach
+# What the target needs of gputui: the agent, standard library only (its modules import nothing else).
+AGENT_FILES = (
+    "__init__.py",
+    "agent/__init__.py",
+    "agent/server.py",
+    "agent/protocol.py",
+    "agent/progress.py",
+    "agent/torchstats.py",
+    "agent/autostart/gputui_boot.py",
+)
+BOOT = "agent/autostart/gputui_boot.py"
+_SAFE_PATH = re.compile(r"/[A-Za-z0-9_./-]+")  # quoted into a gdb command and a Python literal
+
+
+@dataclass(frozen=True)
+class Outcome:
+    pid: int
+    ok: bool
+    message: str  # one line
+    already: bool = False
+    seconds: float | None = None  # how long the debugger held the target (at most: gdb's whole run)
+
+
+def attach(pid: int, timeout: float = TIMEOUT_S) -> Outcome:
+    """Start gputui's agent in `pid`; never raises. A second attach finds the agent and does nothing."""
+    plan = check(pid)
+    if isinstance(plan, Refusal):
+        return Outcome(pid, False, plan.reason)
+    if plan.already:
+        if _answers(pid, 1.0):
+            return Outcome(pid, True, plan.describe(), already=True)
+        return Outcome(pid, False, f"pid {pid} has an agent socket that does not answer: try again soon")
+    deadline = time.monotonic() + timeout
+    try:
+        with payload(plan.uid) as boot:
+            if plan.mechanism == "gdb":
+                outcome = run_gdb(plan, boot, timeout)
+            else:
+                outcome = run_remote_exec(plan, boot, timeout)
+            if not outcome.ok:
+                return outcome
+            # gdb returns once the agent's socket is made; remote_exec once the script is queued.
+            if _answers(pid, max(0.5, deadline - time.monotonic())):
+                return outcome
+    except OSError as err:
+        return Outcome(pid, False, f"cannot prepare the agent's files: {printable(err.strerror or str(err))}")
+    return Outcome(
+        pid,
+        False,
+        f"the bootstrap ran in pid {pid} but its agent did not answer within {timeout:g} s "
+        "(its stderr says why; a Python started with -I or without a writable /tmp?)",
+    )
+
+
+def _answers(pid: int, within: float) -> bool:
+    poller = AgentPoller()
+    end = time.monotonic() + within
+    while True:
+        report = poller.report(pid, deadline_s=min(1.0, within))
+        if report is not None and report.ok:
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def payload(uid: int) -> Iterator[Path]:
+    """A fresh copy of the agent in a new directory that only this user (the target's, or root) can write,
+    readable by the target; removed afterwards (the target has imported what it needs by then). Yields
+    the boot file's path."""
+    source = Path(gputui.__file__).parent
+    root = Path(tempfile.mkdtemp(prefix="gputui-attach-"))
+    try:
+        for name in AGENT_FILES:
+            dest = root / "gputui" / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / name, dest)
+        if os.geteuid() == 0 and uid != 0:  # root's copy: the target may read it, only root write it
+            for path in (root, *root.rglob("*")):
+                os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        boot = root / "gputui" / BOOT
+        if not _SAFE_PATH.fullmatch(str(boot)):  # TMPDIR with a quote or a space in it
+            raise OSError(f"the temporary directory {printable(str(root))!r} has characters gdb cannot quote")
+        yield boot
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def bootstrap(boot: Path) -> str:
+    """The one expression the target runs: no name is bound in its __main__."""
+    return f"__import__('runpy').run_path('{boot}', run_name='gputui_attach')"
+
+
+# -- gdb ---------------------------------------------------------------------------------------------
+
+
+def gdb_script(boot: Path) -> str:
+    """Take the GIL the documented way, run the bootstrap, give the GIL back, detach. A command that fails
+    ends the script (gdb then detaches as it quits); `unwindonsignal` undoes a call that an interrupt cut
+    short, so the target is left as it was."""
+    return "\n".join(
+        [
+            "set pagination off",
+            "set confirm off",
+            "set unwindonsignal on",
+            "sharedlibrary libc",  # gdb calls malloc to put the bootstrap's text in the target
+            "sharedlibrary libpython",  # a Python built as a shared library
+            "set $gputui_gil = (int) PyGILState_Ensure()",
+            f'set $gputui_rc = (int) PyRun_SimpleString("{bootstrap(boot)}")',
+            "call (void) PyGILState_Release($gputui_gil)",
+            'printf "gputui-attach: bootstrap returned %d\\n", $gputui_rc',
+            "detach",
+            "quit",
+        ]
+    )
+
+
+def run_gdb(plan: Plan, boot: Path, timeout: float) -> Outcome:
+    script = boot.parent / "attach.gdb"
+    script.write_text(gdb_script(boot) + "\n")
+    command = [
+        plan.tool,
+        "--batch",
+        "-nx",  # no ~/.gdbinit: gputui may be root, the init file another user's
+        "-q",
+        "-iex",
+        "set auto-load off",  # nor the target's libraries' gdb scripts
+        "-iex",
+        "set auto-solib-add off",  # libtorch's symbols would take gdb seconds to read
+        "-p",
+        str(plan.pid),
+        "-x",
+        str(script),
+    ]
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    except OSError as err:
+        why = printable(err.strerror or str(err))
+        return Outcome(plan.pid, False, f"cannot run gdb: {why}: {GDB_INSTALL}")
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)  # gdb interrupts its call, unwinds it, and detaches as it quits
+        try:
+            out, _ = proc.communicate(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # the kernel detaches a dead tracer's tracees
+            out, _ = proc.communicate()
+        return Outcome(
+            plan.pid,
+            False,
+            f"gdb did not finish within {timeout:g} s (the target may hold a lock gdb's call needs): "
+            f"it was interrupted and detached; pid {plan.pid} runs on as it was",
+            seconds=time.monotonic() - started,
+        )
+    seconds = time.monotonic() - started
+    if "gputui-attach: bootstrap returned 0" in out:
+        return Outcome(plan.pid, True, f"attached to pid {plan.pid} with gdb", seconds=seconds)
+    return Outcome(plan.pid, False, _gdb_failure(plan.pid, out), seconds=seconds)
+
+
+def _gdb_failure(pid: int, out: str) -> str:
+    """gdb's complaint, in one line with the fix."""
+    text = out.lower()
+    if "ptrace: operation not permitted" in text:
+        return (
+            f"the kernel refused to let gdb attach to pid {pid} (ptrace: operation not permitted): run as "
+            "root, or check kernel.yama.ptrace_scope and the container's CAP_SYS_PTRACE"
+        )
+    if "no symbol" in text and "pygilstate_ensure" in text:
+        return (
+            f"pid {pid}'s Python has no PyGILState_Ensure symbol gdb can find (a Python built without the "
+            "symbols a debugger needs, or statically linked without exporting them)"
+        )
+    if "bootstrap returned" in text:
+        return f"the bootstrap failed in pid {pid} (its stderr says why)"
+    last = [line for line in out.splitlines() if line.strip()][-1:] or ["no output"]
+    return f"gdb could not attach to pid {pid}: {printable(last[0])[:160]}"
+
+
+# -- sys.remote_exec (Python 3.14+) ------------------------------------------------------------------
+
+
+def run_remote_exec(plan: Plan, boot: Path, timeout: float) -> Outcome:
+    """The target's own interpreter (/proc/PID/exe: sys.remote_exec needs the same version) queues the
+    bootstrap; the target runs it at its next safe point, without being stopped."""
+    script = boot.parent / "attach_remote.py"
+    script.write_text(bootstrap(boot) + "\n")
+    if os.geteuid() == 0 and plan.uid != 0:
+        os.chmod(script, 0o644)
+    code = f"import sys; sys.remote_exec({plan.pid}, {str(script)!r})"
+    started = time.monotonic()
+    try:
+        # -I -S: none of the user's site-packages or .pth files run in it (gputui may be root).
+        done = subprocess.run(
+            [plan.tool, "-I", "-S", "-c", code],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return Outcome(plan.pid, False, f"sys.remote_exec did not return within {timeout:g} s")
+    except OSError as err:
+        why = printable(err.strerror or str(err))
+        return Outcome(plan.pid, False, f"cannot run {printable(plan.tool)}: {why}")
+    if done.returncode != 0:
+        last = [line for line in done.stderr.splitlines() if line.strip()][-1:] or ["no output"]
+        return Outcome(plan.pid, False, f"sys.remote_exec failed: {printable(last[0])[:160]}")
+    return Outcome(
+        plan.pid, True, f"attached to pid {plan.pid} with sys.remote_exec", seconds=time.monotonic() - started
+    )
