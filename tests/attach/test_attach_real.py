@@ -1,0 +1,260 @@
+"""`gputui attach` on real processes: a CPU-torch training loop attached through gdb keeps stepping, its agent
+answers, a second attach does nothing; stopped, non-Python and other users' processes are refused with
+their reasons; a debugger that hangs is interrupted and the target left as it was."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gputui.attach import Plan, Refusal, attach, check
+from gputui.attach.run import gdb_script, run_gdb
+from gputui.collect.agents import AgentPoller
+from tests.users import NOBODY, become
+
+pytest.importorskip("torch")
+needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (apt install gdb)")
+LOOP = Path(__file__).with_name("train_loop.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def steps(path: Path) -> list[tuple[int, float]]:
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            out.append((int(parts[0]), float(parts[1])))
+    return out
+
+
+def wait_for(predicate, timeout: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@dataclasses.dataclass
+class Trainer:
+    proc: subprocess.Popen[bytes]
+    steps_file: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def count(self) -> int:
+        return len(steps(self.steps_file))
+
+
+@pytest.fixture
+def trainer(tmp_path: Path) -> Iterator[Trainer]:
+    steps_file = tmp_path / "steps"
+    steps_file.touch()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("GPUTUI_AGENT", None)
+    proc = subprocess.Popen([sys.executable, str(LOOP), str(steps_file)], env=env, cwd=tmp_path)
+    t = Trainer(proc, steps_file)
+    try:
+        assert wait_for(lambda: t.count() >= 20), "the training loop did not start"
+        yield t
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _payloads() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("gputui-attach-*")}
+
+
+@needs_gdb
+def test_gdb_attach_starts_the_agent_and_the_loop_keeps_stepping(trainer: Trainer) -> None:
+    plan = check(trainer.pid)
+    assert isinstance(plan, Plan) and plan.mechanism == "gdb" and not plan.already, plan
+    assert AgentPoller().report(trainer.pid) is None  # no agent before
+    payloads = _payloads()
+    before = trainer.count()
+    t0 = time.monotonic()
+    outcome = attach(trainer.pid)
+    t1 = time.monotonic()
+    assert outcome.ok, outcome.message
+    assert "gdb" in outcome.message and outcome.seconds is not None and 0 < outcome.seconds < 8
+    report = AgentPoller().report(trainer.pid)
+    assert report is not None and report.ok and report.torch  # the allocator stats of a real torch
+    assert report.cuda_initialized is False  # the agent touched no CUDA
+    after = trainer.count()
+    assert wait_for(lambda: trainer.count() > after + 20, 10.0), "the loop stopped stepping after the attach"
+    during = [t for _, t in steps(trainer.steps_file) if t0 - 1 <= t <= t1 + 1]
+    pause = max(b - a for a, b in itertools.pairwise(during))
+    print(f"\nattach through gdb: gdb ran {outcome.seconds:.3f} s; the loop's longest step gap {pause:.3f} s")
+    assert after > before and pause < outcome.seconds + 0.5
+    assert _payloads() == payloads  # the agent's copy is removed once it runs
+
+
+@needs_gdb
+def test_a_second_attach_is_a_no_op(trainer: Trainer) -> None:
+    assert attach(trainer.pid).ok
+    first = os.stat(f"/tmp/gputui-{os.getuid()}/{trainer.pid}.sock").st_ino
+    again = attach(trainer.pid)
+    assert again.ok and again.already and "nothing to do" in again.message
+    assert os.stat(f"/tmp/gputui-{os.getuid()}/{trainer.pid}.sock").st_ino == first  # no second agent
+
+
+def test_a_stopped_process_is_refused_and_left_stopped(trainer: Trainer) -> None:
+    os.kill(trainer.pid, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: " T " in Path(f"/proc/{trainer.pid}/stat").read_text(), 5.0)
+        refusal = check(trainer.pid)
+        assert isinstance(refusal, Refusal) and "stopped" in refusal.reason and "kill -CONT" in refusal.reason
+        outcome = attach(trainer.pid)
+        assert not outcome.ok and outcome.message == refusal.reason
+    finally:
+        os.kill(trainer.pid, signal.SIGCONT)
+    n = trainer.count()
+    assert wait_for(lambda: trainer.count() > n, 5.0)
+
+
+def test_a_process_that_is_not_python_is_refused() -> None:
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        refusal = check(sleeper.pid)
+        assert isinstance(refusal, Refusal) and "not a Python process" in refusal.reason, refusal
+        assert not attach(sleeper.pid).ok
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_defunct_and_missing_processes_are_refused() -> None:
+    child = subprocess.Popen(["true"])
+    assert wait_for(lambda: " Z " in Path(f"/proc/{child.pid}/stat").read_text(), 5.0)
+    refusal = check(child.pid)
+    assert isinstance(refusal, Refusal) and "defunct" in refusal.reason
+    child.wait()
+    gone = check(child.pid)
+    assert isinstance(gone, Refusal) and gone.reason == f"no process with pid {child.pid}"
+    assert isinstance(check(1), Refusal) and isinstance(check(os.getpid()), Refusal)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="playing another user needs root")
+def test_another_users_process_is_refused_when_unprivileged(trainer: Trainer) -> None:
+    """gputui running as `nobody` may not attach to root's training job: it says whose it is."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become nobody, ask, report, leave without running pytest's exit handlers
+        try:
+            os.close(read)
+            become(NOBODY)
+            result = check(trainer.pid)
+            os.write(write, (result.reason if isinstance(result, Refusal) else "PLAN").encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        said = f.read()
+    os.waitpid(pid, 0)
+    assert "belongs to root" in said and "sudo" in said, said
+
+
+def test_a_debugger_that_hangs_is_interrupted_and_the_target_runs_on(
+    trainer: Trainer, tmp_path: Path
+) -> None:
+    """The timeout: gdb is interrupted (it would unwind its call and detach) and the attach says so."""
+    plan = check(trainer.pid)
+    assert isinstance(plan, Plan)
+    hang = tmp_path / "gdb"
+    hang.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    hang.chmod(0o755)
+    boot = tmp_path / "boot.py"
+    t0 = time.monotonic()
+    outcome = run_gdb(dataclasses.replace(plan, tool=str(hang)), boot, timeout=1.0)
+    assert time.monotonic() - t0 < 1.0 + 2.5  # the timeout, then the interrupt's grace
+    assert not outcome.ok and "did not finish within 1 s" in outcome.message and "runs on" in outcome.message
+    n = trainer.count()
+    assert wait_for(lambda: trainer.count() > n, 5.0)
+    assert AgentPoller().report(trainer.pid) is None
+
+
+GIL_HOG = """
+import ctypes, sys, threading, time
+# PyDLL keeps the GIL through the call: this thread holds it for 6 s, the main thread waits for it.
+hog = threading.Thread(target=lambda: ctypes.PyDLL(None).sleep(6))
+print("waiting", flush=True)
+hog.start()
+hog.join()
+print("alive", flush=True)
+time.sleep(30)
+"""
+
+
+@needs_gdb
+def test_a_gdb_call_that_cannot_get_the_gil_is_unwound_and_the_target_runs_on() -> None:
+    """Another thread holds the GIL: gdb's PyGILState_Ensure waits. At the timeout gdb is interrupted, its
+    call unwound (unwindonsignal) and the process detached; it then carries on as if nothing happened."""
+    target = subprocess.Popen([sys.executable, "-c", GIL_HOG], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout is not None and target.stdout.readline() == "waiting\n"
+        time.sleep(0.3)  # the hog has the GIL now
+        t0 = time.monotonic()
+        outcome = attach(target.pid, timeout=1.5)
+        assert time.monotonic() - t0 < 1.5 + 2.5
+        assert not outcome.ok and "did not finish within 1.5 s" in outcome.message, outcome.message
+        assert target.stdout.readline() == "alive\n"  # the hog let go; the main thread ran on
+        assert target.poll() is None
+        assert isinstance(check(target.pid), Plan)  # not traced any more: a plan, not a tracer refusal
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_the_gdb_script_takes_and_gives_back_the_gil_then_detaches() -> None:
+    lines = gdb_script(Path("/tmp/gputui-attach-x/gputui/agent/autostart/gputui_boot.py")).splitlines()
+    order = [
+        next(i for i, line in enumerate(lines) if key in line)
+        for key in (
+            "unwindonsignal on",
+            "PyGILState_Ensure",
+            "PyRun_SimpleString",
+            "PyGILState_Release",
+            "detach",
+        )
+    ]
+    assert order == sorted(order)
+    run = next(line for line in lines if "PyRun_SimpleString" in line)
+    assert "__import__('runpy').run_path(" in run and "import runpy" not in run  # binds no name in __main__
+    assert "torch" not in "\n".join(lines)
+
+
+PY314 = shutil.which("python3.14")
+
+
+@pytest.mark.skipif(
+    PY314 is None, reason="no Python 3.14 here (python3.14 not on PATH): sys.remote_exec is untested"
+)
+def test_python_3_14_through_remote_exec(tmp_path: Path) -> None:
+    assert PY314 is not None
+    loop = subprocess.Popen([PY314, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    try:
+        time.sleep(0.5)
+        plan = check(loop.pid)
+        assert isinstance(plan, Plan) and plan.mechanism == "remote_exec", plan
+        outcome = attach(loop.pid)
+        assert outcome.ok, outcome.message
+        report = AgentPoller().report(loop.pid)
+        assert report is not None and report.ok and report.torch is None  # no torch in it, none imported
+    finally:
+        loop.kill()
+        loop.wait()
