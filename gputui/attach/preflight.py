@@ -206,26 +206,12 @@ def _ptrace_forbidden(pid: int, me: int) -> str | None:
         return "kernel.yama.ptrace_scope is 3: no process may be attached to until the next reboot"
     if me == 0 or scope == 0:
         return None
-    if scope == 1 and _is_descendant(pid, os.getpid()):
-        return None
+    # (1 allows a tracer's own descendants: the tracer is gdb, which the target never descends from.)
     return (
         f"kernel.yama.ptrace_scope is {scope}: only root may attach to a process it did not start; run "
         f"`sudo gputui attach {pid}`"
         + (", or allow it with `sudo sysctl kernel.yama.ptrace_scope=0`" if scope == 1 else "")
     )
-
-
-def _is_descendant(pid: int, ancestor: int) -> bool:
-    seen = set()
-    while pid > 1 and pid not in seen:
-        if pid == ancestor:
-            return True
-        seen.add(pid)
-        try:
-            pid = _int(_status(Path(f"/proc/{pid}/status")).get("PPid", "0"))
-        except OSError:
-            return False
-    return False
 
 
 def _root_only(path: Path) -> bool:

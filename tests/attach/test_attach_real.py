@@ -24,7 +24,19 @@ from gputui.collect.agents import AgentPoller
 from tests.users import NOBODY, become
 
 pytest.importorskip("torch")
-needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (apt install gdb)")
+
+
+def _ptrace_scope() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+needs_gdb = pytest.mark.skipif(
+    shutil.which("gdb") is None or (os.geteuid() != 0 and _ptrace_scope() > 0),
+    reason="needs gdb (apt install gdb), and root or kernel.yama.ptrace_scope=0",
+)
 LOOP = Path(__file__).with_name("train_loop.py")
 REPO = Path(__file__).resolve().parents[2]
 
