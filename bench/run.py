@@ -12,6 +12,8 @@ tui:     `gputui --demo --demo-gpus 8` at 1 Hz in a 120x40 pseudo-terminal (TERM
          the same for the one-line-per-GPU layout and for taller charts (no budget of their own).
 nvml:    NVML queries per GPU per tick through the Sampler at 1 Hz on a fake NVML (real pynvml structs).
 budgets: each budget of the TUI and Zombies issues with its value and pass/fail (also on stderr).
+attach:  `gputui attach` through gdb on a real CPU-torch training loop: gdb's run and the loop's longest
+         gap between two 5 ms steps around it (how long the job was paused).
 exporter: `gputui export` on the demo: a sample, a scrape (and its bytes), a real exporter's CPU and RSS.
 fleet:   `gputui fleet` over 100 hosts x 8 GPUs from a fake Prometheus on loopback: queries and ms per
          refresh, and the TUI in a 200x60 pseudo-terminal at a 5 s refresh.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import itertools
 import json
 import os
 import select
@@ -379,6 +382,45 @@ def bench_tui(
     return result
 
 
+def bench_attach(runs: int = 3) -> dict[str, object]:
+    """`gputui attach` through gdb on a real CPU-torch training loop (tests/attach/train_loop.py, a 5 ms
+    step): how long gdb ran and the loop's longest gap between two steps around it (the real pause)."""
+    from gputui.attach import attach
+
+    if shutil.which("gdb") is None:
+        return {"skipped": "gdb is not installed"}
+    gdb_s, pauses = [], []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            steps = Path(tmp) / "steps"
+            steps.touch()
+            loop = Path(__file__).resolve().parents[1] / "tests" / "attach" / "train_loop.py"
+            proc = subprocess.Popen([sys.executable, str(loop), str(steps)], cwd=tmp)
+            try:
+                while len(steps.read_text().splitlines()) < 50:
+                    time.sleep(0.05)
+                t0 = time.monotonic()
+                outcome = attach(proc.pid)
+                t1 = time.monotonic()
+                time.sleep(0.5)
+                if not outcome.ok:
+                    return {"failed": outcome.message}
+                times = [float(line.split()[1]) for line in steps.read_text().splitlines() if " " in line]
+                around = [t for t in times if t0 - 0.5 <= t <= t1 + 0.5]
+                pauses.append(max(b - a for a, b in itertools.pairwise(around)))
+                gdb_s.append(outcome.seconds or 0.0)
+            finally:
+                proc.kill()
+                proc.wait()
+    return {
+        "runs": runs,
+        "gdb_s_median": round(statistics.median(gdb_s), 3),
+        "longest_step_gap_s_median": round(statistics.median(pauses), 3),
+        "longest_step_gap_s_max": round(max(pauses), 3),
+        "usual_step_s": 0.005,
+    }
+
+
 def bench_exporter(gpus: int = 8, ticks: int = 60, measure: float = 20.0) -> dict[str, object]:
     """`gputui export` on the demo: one sample (+ dips), one scrape, and a real exporter process's CPU
     at 1 Hz sampling while it is scraped every second."""
@@ -537,6 +579,7 @@ def main() -> int:
         # The other layouts the issue names: one line per GPU, and taller charts for a few GPUs.
         "tui_16_gpus_200x60": bench_tui(gpus=16, cols=200, rows=60, measure=args.measure),
         "tui_4_gpus_200x60": bench_tui(gpus=4, cols=200, rows=60, measure=args.measure),
+        "attach": bench_attach(),
         "exporter": bench_exporter(),
         "fleet": bench_fleet(measure=args.measure),
     }
