@@ -19,9 +19,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 import gputui
 from gputui.attach.preflight import GDB_INSTALL, Plan, Refusal, check
 from gputui.collect.agents import AgentPoller
+from gputui.collect.signals import same_start
 from gputui.units import printable
 
 TIMEOUT_S = 8.0  # the debugger and the agent's first answer, together
@@ -49,11 +52,15 @@ class Outcome:
     seconds: float | None = None  # how long the debugger held the target (at most: gdb's whole run)
 
 
-def attach(pid: int, timeout: float = TIMEOUT_S) -> Outcome:
-    """Start gputui's agent in `pid`; never raises. A second attach finds the agent and does nothing."""
+def attach(pid: int, timeout: float = TIMEOUT_S, create_time: float | None = None) -> Outcome:
+    """Start gputui's agent in `pid`; never raises. A second attach finds the agent and does nothing.
+    `create_time`: the start time of the process the user chose (a row, a confirmation ago): another process
+    that has since got its pid is refused."""
     plan = check(pid)
     if isinstance(plan, Refusal):
         return Outcome(pid, False, plan.reason)
+    if create_time is not None and not same_start(create_time, _start_time(pid)):
+        return Outcome(pid, False, f"pid {pid} is another process now (the one you chose has ended)")
     if plan.already:
         if _answers(pid, 1.0):
             return Outcome(pid, True, plan.describe(), already=True)
@@ -78,6 +85,13 @@ def attach(pid: int, timeout: float = TIMEOUT_S) -> Outcome:
         f"the bootstrap ran in pid {pid} but its agent did not answer within {timeout:g} s "
         "(its stderr says why; a Python started with -I or without a writable /tmp?)",
     )
+
+
+def _start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
 
 
 def _answers(pid: int, within: float) -> bool:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gputui.attach import Plan, Refusal, attach, check
@@ -123,6 +124,14 @@ def test_a_second_attach_is_a_no_op(trainer: Trainer) -> None:
     again = attach(trainer.pid)
     assert again.ok and again.already and "nothing to do" in again.message
     assert os.stat(f"/tmp/gputui-{os.getuid()}/{trainer.pid}.sock").st_ino == first  # no second agent
+
+
+def test_a_pid_that_is_another_process_now_is_refused(trainer: Trainer) -> None:
+    """The row the user confirmed was another process with this pid: nothing is attached."""
+    started = psutil.Process(trainer.pid).create_time()
+    outcome = attach(trainer.pid, create_time=started - 3600)
+    assert not outcome.ok and "another process now" in outcome.message
+    assert AgentPoller().report(trainer.pid) is None
 
 
 def test_a_stopped_process_is_refused_and_left_stopped(trainer: Trainer) -> None:
