@@ -259,15 +259,70 @@ def test_the_gdb_script_takes_and_gives_back_the_gil_then_detaches() -> None:
     assert "torch" not in "\n".join(lines)
 
 
-PY314 = shutil.which("python3.14")
+def _interpreter(minor: int) -> str | None:
+    """A Python 3.<minor> that runs: one pyenv installed, or python3.<minor> on PATH (not a shim that
+    only says which pyenv version has it)."""
+    pyenv = sorted(Path.home().glob(f".pyenv/versions/3.{minor}.*/bin/python3.{minor}"))
+    for candidate in [*map(str, reversed(pyenv)), shutil.which(f"python3.{minor}")]:
+        if candidate is None:
+            continue
+        probe = "import sys; print(sys.version_info[:2])"
+        try:
+            said = subprocess.run([candidate, "-c", probe], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if said.stdout.strip() == f"(3, {minor})":
+            return candidate
+    return None
+
+
+LOOP_WITHOUT_TORCH = "import time\nwhile True: time.sleep(0.01)"
+
+
+@needs_gdb
+@pytest.mark.parametrize("minor", [10, 12, 13])
+def test_gdb_attach_across_python_versions(minor: int) -> None:
+    """The bootstrap and the copied agent work in every Python the agent supports before 3.14."""
+    python = _interpreter(minor)
+    if python is None:
+        pytest.skip(f"no Python 3.{minor} here")
+    loop = subprocess.Popen([python, "-c", LOOP_WITHOUT_TORCH])
+    try:
+        time.sleep(0.3)
+        plan = check(loop.pid)
+        assert isinstance(plan, Plan) and plan.python == (3, minor), plan
+        outcome = attach(loop.pid)
+        assert outcome.ok, outcome.message
+        report = AgentPoller().report(loop.pid)
+        assert report is not None and report.ok and report.torch is None
+    finally:
+        loop.kill()
+        loop.wait()
+
+
+def test_a_python_older_than_3_10_is_refused() -> None:
+    python = _interpreter(9)
+    if python is None:
+        pytest.skip("no Python 3.9 here")
+    loop = subprocess.Popen([python, "-c", LOOP_WITHOUT_TORCH])
+    try:
+        time.sleep(0.3)
+        refusal = check(loop.pid)
+        assert isinstance(refusal, Refusal) and "needs Python 3.10 or later" in refusal.reason, refusal
+    finally:
+        loop.kill()
+        loop.wait()
+
+
+PY314 = _interpreter(14)
 
 
 @pytest.mark.skipif(
-    PY314 is None, reason="no Python 3.14 here (python3.14 not on PATH): sys.remote_exec is untested"
+    PY314 is None, reason="no Python 3.14 here (not on PATH, nor in pyenv): sys.remote_exec is untested"
 )
 def test_python_3_14_through_remote_exec(tmp_path: Path) -> None:
     assert PY314 is not None
-    loop = subprocess.Popen([PY314, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    loop = subprocess.Popen([PY314, "-c", LOOP_WITHOUT_TORCH])
     try:
         time.sleep(0.5)
         plan = check(loop.pid)
