@@ -67,9 +67,22 @@ def duration(text: str) -> float:
 
 
 def pid(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    # isascii: "²" is a digit to str.isdigit() but not to int()
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"not a process id: {text!r}")
     return int(text)
+
+
+def attach_timeout(text: str) -> float:
+    """How long `gputui attach` gives the debugger and the agent's first answer: long enough for a busy
+    process to reach a safe point, short enough that a hung debugger is not left holding a job."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 1 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 60 seconds, not {text}")
+    return value
 
 
 def prometheus_url(text: str) -> str:

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 EXIT_NO_SOURCE = 2
 NO_DRIVER_HINT = "run `gputui --demo` for simulated GPUs, or `gputui doctor` to find out why"
+# gputui.attach's own default (a test keeps them equal): importing it here would slow `gputui --version`.
+ATTACH_TIMEOUT_S = 8.0
 # Source flags are declared once (the parent parser below) and accepted before or after a subcommand;
 # given nowhere, they take these values.
 SOURCE_DEFAULTS = {"demo": False, "demo_gpus": 4, "seed": 0, "devices_dir": None}
@@ -34,6 +36,7 @@ examples:
   gputui --json | jq .gpus      one snapshot, for scripts
   gputui run -- torchrun --nproc-per-node 8 train.py
                                 the training job's allocator, live in the monitor
+  gputui attach PID             the same for a Python job already running
   gputui doctor                 why isn't my GPU being used?
   gputui COMMAND --help         a command's own options
 """
@@ -107,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(title="commands", metavar="COMMAND", dest="command", prog="gputui")
     _run_parser(sub)
     _agent_parser(sub)
+    _attach_parser(sub)
     _record_parser(sub, source)
     _replay_parser(sub)
     _export_parser(sub, source)
@@ -163,6 +167,29 @@ def _agent_parser(sub: argparse._SubParsersAction) -> None:
             help="the training environment's Python (default: the `python` on PATH, which gputui names)",
         )
         action.set_defaults(handler=commands.agent)
+
+
+def _attach_parser(sub: argparse._SubParsersAction) -> None:
+    p = _add(
+        sub,
+        "attach",
+        "start the agent in a Python process already running (the allocator panel)",
+        "Start the gputui agent in a running Python process, without restarting it, so that the monitor "
+        "shows its CUDA allocator and training progress. Python 3.14 and later: sys.remote_exec, no pause; "
+        "older: gdb pauses it for a moment. It asks first (--yes on a terminal skips the question; without "
+        "one, --yes is required). Exit 0: attached, or it already runs the agent; 1: refused or failed; "
+        "2: a usage error.",
+    )
+    p.add_argument("pid", type=argtypes.pid, metavar="PID", help="the Python process to attach to")
+    p.add_argument(
+        "--timeout",
+        type=argtypes.attach_timeout,
+        default=ATTACH_TIMEOUT_S,
+        metavar="S",
+        help=f"give up after S seconds, leaving the process as it was (1-60; default {ATTACH_TIMEOUT_S:g})",
+    )
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(handler=commands.attach)
 
 
 def _record_parser(sub: argparse._SubParsersAction, source: argparse.ArgumentParser) -> None:

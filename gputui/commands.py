@@ -10,9 +10,13 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gputui.collect.source import GpuSource
 from gputui.units import printable
+
+if TYPE_CHECKING:
+    from gputui.attach import Outcome
 
 AUTOSTART = Path(__file__).resolve().parent / "agent" / "autostart"
 
@@ -82,6 +86,79 @@ def agent(args: argparse.Namespace) -> int:
     if args.python is None:
         print(f"(that is the `python` on PATH; use --python PATH for another environment than {python})")
     return 0
+
+
+def attach(args: argparse.Namespace) -> int:
+    """`gputui attach PID`: the agent started in a running Python, after a confirmation. Exit 0: attached,
+    or its agent already runs; 1: refused, cancelled or failed; 2: a usage error (--readonly, or no
+    terminal to confirm on and no --yes); 130: interrupted at the question."""
+    prog = "gputui attach"
+    if args.readonly:
+        args.parser.error("--readonly: gputui attaches no debugger and starts nothing in another process")
+    from gputui.attach import Refusal, check
+
+    plan = check(args.pid)
+    if isinstance(plan, Refusal):
+        say(prog, printable(plan.reason))
+        return 1
+    if not plan.already:  # attaching to a running agent changes nothing: no question to ask
+        if not args.yes and not _isatty(sys.stdin):
+            args.parser.error(
+                f"standard input is not a terminal to confirm on: pass --yes to attach to pid {args.pid}"
+            )
+        if write_stdout(printable(plan.describe()), prog):
+            return 1
+        if not args.yes:
+            answer = _ask("Attach? [y/N] ")
+            if answer is None:
+                print(file=sys.stderr)  # the cursor is still after the question
+                say(prog, "cancelled: nothing was done")
+                return 130
+            if answer.strip().lower() not in ("y", "yes"):
+                say(prog, "cancelled: nothing was done")
+                return 1
+    outcome, interrupted = _attach_to_the_end(args.pid, args.timeout)
+    if not outcome.ok:
+        say(prog, printable(outcome.message))
+        return 130 if interrupted else 1
+    message = outcome.message
+    if outcome.seconds is not None and not outcome.already:
+        if plan.mechanism == "gdb":
+            message += f" (the process was paused at most {outcome.seconds:.2f} s)"
+        else:
+            message += f" (in {outcome.seconds:.2f} s, without pausing it)"
+    return write_stdout(printable(message), prog)
+
+
+def _ask(question: str) -> str | None:
+    """One line from the terminal; None when interrupted (Ctrl-C: main's handler raises SystemExit)."""
+    try:
+        sys.stdout.write(question)
+        sys.stdout.flush()
+        return sys.stdin.readline()  # "" at end of input (Ctrl-D): not a yes
+    except KeyboardInterrupt:
+        return None
+    except SystemExit as stop:
+        if stop.code != 128 + signal.SIGINT:
+            raise
+        return None
+
+
+def _attach_to_the_end(pid: int, timeout: float) -> tuple[Outcome, bool]:
+    """attach(), which a signal does not cut short: gdb in the middle of its call, or the agent's copy
+    removed while the target still reads it, would leave the job worse off than a wait of a few seconds
+    (attach gives up on its own within `timeout`). Whether a signal came meanwhile."""
+    from gputui.attach import attach
+
+    came: list[int] = []
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.signal(sig, lambda signum, _frame: came.append(signum)) for sig in watched}
+    try:
+        outcome = attach(pid, timeout)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    return outcome, bool(came)
 
 
 def record(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import pytest
 
 from gputui import cli
 
-COMMANDS = ("run", "agent", "record", "replay", "export", "fleet", "doctor", "completion")
+COMMANDS = ("run", "agent", "attach", "record", "replay", "export", "fleet", "doctor", "completion")
 
 
 def gputui(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

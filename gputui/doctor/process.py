@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 
+from gputui import attach as attaching
 from gputui.collect import classify
 from gputui.collect.agents import AgentPoller
 from gputui.collect.history import History
@@ -39,6 +40,8 @@ class ProcessFacts:
     category: str = classify.OK
     reason: str = ""
     wait_share: float | None = None  # from the gputui agent in the process, if it runs one
+    # Whether gputui could attach its agent (only asked, never done); None: its agent answers already.
+    attach: attaching.Plan | attaching.Refusal | None = None
 
 
 def gather(
@@ -47,9 +50,11 @@ def gather(
     devices_dir: Path,
     idle_s: Callable[[dict[int, int | None]], float | None] = lambda _m: None,
     agent: Callable[[int], AgentReport | None] | None = None,
+    attachable: Callable[[int], attaching.Plan | attaching.Refusal] | None = None,
 ) -> ProcessFacts:
     """`idle_s` says how long the process's GPUs have been at 0 % (from NVML's samples or the TUI's
-    history); `agent` answers its agent's stats, if any."""
+    history); `agent` answers its agent's stats, if any; `attachable` says whether its agent could be
+    attached (gputui.attach.check: it reads /proc and stops nothing)."""
     try:
         proc = psutil.Process(pid)
         command = " ".join(proc.cmdline()) or proc.name()
@@ -69,6 +74,7 @@ def gather(
     mine = [r for r in rows if r.pid == pid]
     worst = next((r for r in mine if r.category != classify.OK), mine[0] if mine else None)
     report = (agent or _agent_stats)(pid)
+    answers = report is not None and report.ok
     return ProcessFacts(
         pid,
         command,
@@ -79,6 +85,7 @@ def gather(
         category=worst.category if worst else classify.OK,
         reason=worst.reason if worst else "",
         wait_share=report.progress.data_wait_share if report is not None and report.ok else None,
+        attach=None if answers else (attachable or attaching.check)(pid),
     )
 
 
@@ -139,7 +146,31 @@ def checks(p: ProcessFacts, system: SystemFacts) -> list[Check]:
             )
         else:
             out.append(ok("process", f"{who} waits for data {share}% of step time"))
+    if p.attach is not None:
+        out.append(_attach(p.attach, who))
     return out
+
+
+def _attach(can: attaching.Plan | attaching.Refusal, who: str) -> Check:
+    """Whether the allocator panel is a keypress away. Only said: the doctor never attaches by itself."""
+    panel = f"{who}: allocator panel:"
+    if isinstance(can, attaching.Refusal):
+        return warning(
+            "process",
+            f"{panel} gputui cannot attach its agent to this process: {can.reason}",
+            "as said; or start the job with `gputui run -- COMMAND`, which needs no attaching",
+        )
+    if can.already:  # its agent's socket is there, but the agent did not answer the doctor
+        return warning(
+            "process",
+            f"{panel} it has gputui's agent, but the agent did not answer",
+            "ask again in a moment (a process that holds the GIL for long answers late)",
+        )
+    return ok(
+        "process",
+        f"{panel} gputui can attach its agent to this process (`gputui attach {can.pid}`, or `a` in the "
+        f"monitor): {can.describe()}",
+    )
 
 
 def _zombie(p: ProcessFacts, who: str) -> Check:
