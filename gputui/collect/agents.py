@@ -252,6 +252,12 @@ class AgentPoller:
             uids |= self._uids
         return [(path, uid) for uid in sorted(uids) for path in protocol.candidate_dirs(uid)]
 
+    def expect(self, uid: int) -> None:
+        """An agent of `uid` was just started (an attach): root looks at that user's directories from
+        the next poll, not only after the next listing, up to DIRS_EVERY_S later. Called from the UI
+        thread: the set is replaced, never changed in place, while the sampler's thread may read it."""
+        self._uids = self._uids | {uid}
+
     def discover(self) -> dict[int, AgentSocket]:
         return discover_in(self.directories())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import replace
@@ -45,12 +46,14 @@ from gputui.units import printable
 # The modal screens (help, detail, kill, allocator, events, doctor) are imported when first opened:
 # together they added about 0.1 s to every start, before the first frame.
 if TYPE_CHECKING:
+    from gputui.attach import Outcome
     from gputui.ui.kill import KillRequest
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 SORT_CYCLE = ("gpu", "gpu_mem", "sm", "cpu", "rss", "time", "pid", "user")
 ESCALATE_AFTER_S = 5.0
 ZOOMS = (300.0, 900.0, 1800.0, 3600.0)
+AWAIT_AGENT_S = 10.0  # after an attach, how long its panel waits for the agent's first ◆
 
 
 def next_interval(current: float, step: int) -> float:
@@ -163,7 +166,11 @@ class GpuTuiApp(BaseApp):
         ("space", "tag / untag the highlighted process (k then signals every tagged one)"),
         ("k  F9", "send a signal (SIGTERM, SIGINT or SIGKILL) after confirmation"),
         ("K", "SIGKILL the processes still alive 5 s after a signal"),
-        ("a", "PyTorch allocator panel of the highlighted process if it runs the gputui agent (◆)"),
+        (
+            "a",
+            "PyTorch allocator panel of a ◆ process (it runs the gputui agent); on another Python process: "
+            "attach the agent to it, after confirmation",
+        ),
         ("e", "events: every utilization dip (when, how long, how deep, why) and per-GPU dip rates"),
         ("D", "doctor: why isn't my GPU being used? (this machine, and the highlighted process)"),
         ("v", "GPU layout: auto, panes, two columns, one line per GPU"),
@@ -219,6 +226,8 @@ class GpuTuiApp(BaseApp):
         self.readonly = readonly or replay  # a replay signals nothing: its pids are not this machine's
         self.tagged: set[str] = set()  # row keys
         self.escalation: tuple[Target, ...] = ()  # signalled, still alive after 5 s
+        self._attaching: int | None = None  # the pid an attach is under way for
+        self._awaiting: tuple[int, Timer] | None = None  # attached: its panel opens when its agent shows
         self._row_styles: dict[str, Style] = {}
         self._failing: tuple[str, int] | None = None  # (the sampler's error, failed ticks in a row)
         self.config_path = config_path
@@ -349,6 +358,7 @@ class GpuTuiApp(BaseApp):
             return
         self.ingest(message.snapshot)
         self._show(message.snapshot)
+        self._open_awaited(message.snapshot)
         if self._failing is not None:
             self.say(f"sampling works again, after {self._failing[1]} failed ticks")
             self._failing = None
@@ -514,20 +524,117 @@ class GpuTuiApp(BaseApp):
         row = self.table.current
         if row is None or self.snapshot is None:
             return
-        if row.pid not in self.snapshot.agents:
+        if row.pid in self.snapshot.agents:
+            self._open_allocator(row.pid)
+            return
+        hint = "start it with `gputui run -- python train.py` or `import gputui.agent; gputui.agent.start()`"
+        if row.process is None:  # a GPU's "unaccounted memory" row
+            self.say(f"{row.pid} runs no gputui agent: {hint}", "warning")
+            return
+        if self.readonly:  # a replay is read-only too: its pids are the recorded machine's
+            mode = "a replay" if self.replay else "read-only (--readonly)"
+            self.say(f"{row.pid} runs no gputui agent, and {mode} attaches none: {hint}", "warning")
+            return
+        if self._attaching is not None:
+            self.say(f"attaching to pid {self._attaching} …: one at a time", "warning")
+            return
+        if self._awaiting is not None and self._awaiting[0] == row.pid:  # `a a a`: attached already
+            self.say(f"attached to pid {row.pid}: the allocator panel opens when its agent answers")
+            return
+        from gputui import attach as attaching  # gdb, tempfile: imported when first asked for
+
+        plan = attaching.check(row.pid)  # /proc reads only: a fraction of a millisecond
+        if isinstance(plan, attaching.Refusal):
+            self.say(f"{row.pid} runs no gputui agent and cannot be attached: {plan.reason}", "warning")
+            return
+        if plan.already:  # its socket is there, the next polls find it (root lists new users' dirs slowly)
+            self._expect_agent(row.pid, plan.uid)
+            self.say(f"{row.pid}'s gputui agent is listening: its allocator panel opens when it answers")
+            return
+        from gputui.ui.attach_dialog import AttachScreen
+
+        process = row.process
+        command = process.command or process.name or ""
+        pid, started, uid = row.pid, row.create_time, plan.uid
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self._attaching = pid
+                self.say(f"attaching to pid {pid} …", expire_s=15.0)  # gdb may take 8 s
+                self._run_attach(pid, started, uid)
+            else:
+                self.say(f"cancelled: nothing was attached to pid {pid}")
+
+        self.push_screen(AttachScreen(pid, plan.describe(), command), confirmed)
+
+    @work(thread=True, group="attach", exit_on_error=False)
+    def _run_attach(self, pid: int, started: float | None, uid: int) -> None:
+        from gputui import attach as attaching
+        from gputui.ui import attach_dialog
+
+        try:
+            changed = attach_dialog.another_process(pid, started)
+            if changed is not None:  # the dialog stayed open while the job ended and its pid was reused
+                outcome = attaching.Outcome(pid, False, f"pid {pid} {changed}: nothing was attached")
+            else:
+                outcome = attaching.attach(pid)
+        except Exception as err:  # attach() never raises; a bug in it is one line, not a crash
+            outcome = attaching.Outcome(
+                pid, False, printable(f"attaching failed: {type(err).__name__}: {err}")
+            )
+        with contextlib.suppress(RuntimeError):  # the app closed meanwhile
+            self.call_from_thread(self._attached, outcome, uid)
+
+    def _attached(self, outcome: Outcome, uid: int) -> None:
+        self._attaching = None
+        if not outcome.ok:
+            self.say(outcome.message, "error")
+            return
+        took = f" in {outcome.seconds:.2f} s" if outcome.seconds is not None else ""
+        self.say(f"attached to pid {outcome.pid}{took}: the allocator panel opens when its agent answers")
+        self._expect_agent(outcome.pid, uid)
+
+    def _expect_agent(self, pid: int, uid: int) -> None:
+        """Open `pid`'s panel as soon as a snapshot has its agent, if that is within AWAIT_AGENT_S."""
+        poller = getattr(self.sampler, "agents", None)  # a ReplaySampler has none
+        expect = getattr(poller, "expect", None)
+        if callable(expect):
+            expect(uid)  # root: that user's directories are looked at from the next poll
+        if self._awaiting is not None:
+            self._awaiting[1].stop()
+        self._awaiting = (pid, self.set_timer(AWAIT_AGENT_S, self._agent_never_came))
+        self._wake.set()  # sample now, not at the end of a long interval
+
+    def _agent_never_came(self) -> None:
+        if self._awaiting is not None:
+            pid = self._awaiting[0]
+            self._awaiting = None
             self.say(
-                f"{row.pid} runs no gputui agent: start it with `gputui run -- python train.py` or "
-                "`import gputui.agent; gputui.agent.start()`",
+                f"pid {pid}'s agent has not shown up in {AWAIT_AGENT_S:g} s: `a` on its row opens the panel "
+                "once it has the ◆",
                 "warning",
             )
+
+    def _open_awaited(self, snap: Snapshot) -> None:
+        if self._awaiting is None or self._awaiting[0] not in snap.agents:
             return
+        pid, timer = self._awaiting
+        self._awaiting = None
+        timer.stop()
+        if len(self.screen_stack) == 1:
+            self._open_allocator(pid)
+        else:  # the user went elsewhere meanwhile: a panel popping up over that would be a surprise
+            self.say(f"pid {pid}'s gputui agent answers (◆): `a` on its row opens the allocator panel")
+
+    def _open_allocator(self, pid: int) -> None:
+        assert self.snapshot is not None
         # Read-only and replays act on no agent: the panel gets no poller to act with.
         poller = None
         if not (self.readonly or self.replay):
             poller = getattr(self.sampler, "agents", None) or AgentPoller()
         from gputui.ui.allocator import AllocatorScreen
 
-        self.push_screen(AllocatorScreen(row.pid, poller, self.snapshot, self.agent_history))
+        self.push_screen(AllocatorScreen(pid, poller, self.snapshot, self.agent_history))
 
     def action_doctor(self) -> None:
         if self.replay:  # its checks read this machine's NVML and /proc, not the recorded one's
@@ -772,7 +879,9 @@ class GpuTuiApp(BaseApp):
         yield SystemCommand("Columns", "Show or hide process table columns", self.action_columns)
         yield SystemCommand("Doctor", "Why isn't my GPU being used?", self.action_doctor)
         yield SystemCommand(
-            "Allocator", "PyTorch allocator of the highlighted process", self.action_allocator
+            "Allocator / attach",
+            "PyTorch allocator of the highlighted process; attach gputui's agent to a Python without one",
+            self.action_allocator,
         )
         if not self.readonly:
             yield SystemCommand("Kill", "Signal the highlighted or tagged processes", self.action_kill)
