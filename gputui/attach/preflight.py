@@ -36,7 +36,7 @@ class Plan:
     user: str
     exe: str  # the interpreter's file, as /proc/PID/exe resolves it
     python: tuple[int, int] | None  # None: a Python whose version its file name does not say
-    mechanism: str  # "remote_exec" or "gdb"
+    mechanism: str  # "remote_exec", "gdb" or "lldb" ("agent": it runs one already)
     tool: str  # the interpreter that runs sys.remote_exec, or the debugger
     already: bool = False  # its agent already listens: attaching is a no-op
 
@@ -51,7 +51,7 @@ class Plan:
         if self.mechanism == "remote_exec":
             how = "sys.remote_exec runs a two-line bootstrap at its next safe point (no pause)"
         else:
-            how = "gdb pauses it for a moment to start the agent's thread, then detaches"
+            how = f"{self.mechanism} pauses it for a moment to start the agent's thread, then detaches"
         return (
             f"attach gputui's agent to pid {self.pid} ({self.version}, user {self.user}): {how}; "
             "the job keeps running, torch is not imported and CUDA is not touched"
@@ -62,6 +62,7 @@ class Plan:
 class Refusal:
     pid: int
     reason: str  # one line: why, and what to do
+    applies: bool = True  # False: not a Python process, so no allocator panel to want (the doctor is quiet)
 
 
 def check(pid: int, proc: Path = Path("/proc")) -> Plan | Refusal:
@@ -75,8 +76,8 @@ def check(pid: int, proc: Path = Path("/proc")) -> Plan | Refusal:
 
 
 def _check(pid: int, proc: Path) -> Plan | Refusal:
-    def no(reason: str) -> Refusal:
-        return Refusal(pid, reason)
+    def no(reason: str, applies: bool = True) -> Refusal:
+        return Refusal(pid, reason, applies)
 
     if pid <= 1:
         return no(f"pid {pid} is the system's init: gputui never attaches to it")
@@ -114,7 +115,8 @@ def _check(pid: int, proc: Path) -> Plan | Refusal:
     exe = os.readlink(base / "exe").removesuffix(" (deleted)")
     python = _python_version(exe, base / "maps")
     if python is False:
-        return no(f"pid {pid} is not a Python process ({printable(exe)[:80]}): the agent runs in a Python")
+        program = printable(exe)[:80]
+        return no(f"pid {pid} is not a Python process ({program}): the agent runs in a Python", applies=False)
     version = python if isinstance(python, tuple) else None
     if version is not None and version < MIN_PYTHON:
         return no(f"pid {pid} runs Python {version[0]}.{version[1]}: the agent needs Python 3.10 or later")
@@ -129,10 +131,10 @@ def _check(pid: int, proc: Path) -> Plan | Refusal:
                 f"as root; run `gputui attach {pid}` as {user}"
             )
         return Plan(pid, uid, user, exe, version, "remote_exec", exe)
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        return no(f"attaching to pid {pid} (its Python is older than 3.14) needs gdb: {GDB_INSTALL}")
-    return Plan(pid, uid, user, exe, version, "gdb", gdb)
+    for debugger in ("gdb", "lldb"):
+        if tool := shutil.which(debugger):
+            return Plan(pid, uid, user, exe, version, debugger, tool)
+    return no(f"attaching to pid {pid} (its Python is older than 3.14) needs a debugger: {GDB_INSTALL}")
 
 
 # -- reading /proc -----------------------------------------------------------------------------------

@@ -68,10 +68,10 @@ def attach(pid: int, timeout: float = TIMEOUT_S, create_time: float | None = Non
     deadline = time.monotonic() + timeout
     try:
         with payload(plan.uid) as boot:
-            if plan.mechanism == "gdb":
-                outcome = run_gdb(plan, boot, timeout)
-            else:
+            if plan.mechanism == "remote_exec":
                 outcome = run_remote_exec(plan, boot, timeout)
+            else:
+                outcome = run_debugger(plan, boot, timeout)
             if not outcome.ok:
                 return outcome
             # gdb returns once the agent's socket is made; remote_exec once the script is queued.
@@ -134,23 +134,32 @@ def bootstrap(boot: Path) -> str:
     return f"__import__('runpy').run_path('{boot}', run_name='gputui_attach')"
 
 
-# -- gdb ---------------------------------------------------------------------------------------------
+# -- gdb and lldb -----------------------------------------------------------------------------------
+#
+# The order matters. The bootstrap's text goes into the target before the GIL is taken: its buffer comes
+# from the target's malloc (the one call that could wait on a lock the stopped process holds; interrupted,
+# it is unwound and nothing else was done) and is filled by the debugger's own memory write. Only then is
+# the GIL taken, the text run, the GIL given back and the buffer freed.
 
 
 def gdb_script(boot: Path) -> str:
-    """Take the GIL the documented way, run the bootstrap, give the GIL back, detach. A command that fails
-    ends the script (gdb then detaches as it quits); `unwindonsignal` undoes a call that an interrupt cut
-    short, so the target is left as it was."""
+    """A command that fails ends the script (gdb detaches as it quits); `unwindonsignal` undoes a call that
+    an interrupt cut short, so the target is left as it was."""
+    code = bootstrap(boot)
+    size = len(code.encode()) + 1
     return "\n".join(
         [
             "set pagination off",
             "set confirm off",
             "set unwindonsignal on",
-            "sharedlibrary libc",  # gdb calls malloc to put the bootstrap's text in the target
+            "sharedlibrary libc",  # malloc and free
             "sharedlibrary libpython",  # a Python built as a shared library
+            f"set $gputui_code = (char *) malloc({size})",
+            f'set {{char[{size}]}} $gputui_code = "{code}"',
             "set $gputui_gil = (int) PyGILState_Ensure()",
-            f'set $gputui_rc = (int) PyRun_SimpleString("{bootstrap(boot)}")',
+            "set $gputui_rc = (int) PyRun_SimpleString($gputui_code)",
             "call (void) PyGILState_Release($gputui_gil)",
+            "call (void) free($gputui_code)",
             'printf "gputui-attach: bootstrap returned %d\\n", $gputui_rc',
             "detach",
             "quit",
@@ -158,23 +167,50 @@ def gdb_script(boot: Path) -> str:
     )
 
 
-def run_gdb(plan: Plan, boot: Path, timeout: float) -> Outcome:
-    script = boot.parent / "attach.gdb"
-    script.write_text(gdb_script(boot) + "\n")
-    command = [
-        plan.tool,
-        "--batch",
-        "-nx",  # no ~/.gdbinit: gputui may be root, the init file another user's
-        "-q",
-        "-iex",
-        "set auto-load off",  # nor the target's libraries' gdb scripts
-        "-iex",
-        "set auto-solib-add off",  # libtorch's symbols would take gdb seconds to read
-        "-p",
-        str(plan.pid),
-        "-x",
-        str(script),
+def lldb_commands(boot: Path, timeout: float) -> list[str]:
+    """The same steps for lldb: each expression unwinds on an error or at its timeout (`-u true -t`), and
+    functions are called through pointer casts so that a Python without debug information works too."""
+    code = bootstrap(boot)
+    size = len(code.encode()) + 1
+    us = max(1, int(timeout * 1e6 / 2))
+    expr = f"expr -u true -t {us} --"
+    return [
+        f"{expr} char *$gputui_code = (char *) ((void *(*)(unsigned long)) malloc)({size})",
+        f"memory write -i {boot.parent / 'bootstrap.txt'} $gputui_code",  # with its NUL (run_debugger)
+        f"{expr} int $gputui_gil = ((int (*)(void)) PyGILState_Ensure)()",
+        f"{expr} int $gputui_rc = ((int (*)(const char *)) PyRun_SimpleString)($gputui_code)",
+        f"{expr} ((void (*)(int)) PyGILState_Release)($gputui_gil)",
+        f"{expr} ((void (*)(void *)) free)($gputui_code)",
+        "expr -- $gputui_rc",
+        "process detach",
     ]
+
+
+def run_debugger(plan: Plan, boot: Path, timeout: float) -> Outcome:
+    if plan.mechanism == "lldb":
+        (boot.parent / "bootstrap.txt").write_bytes(bootstrap(boot).encode() + b"\0")
+        command = [plan.tool, "--batch", "--no-lldbinit"]
+        command += ["-O", "settings set target.load-script-from-symbol-file false", "-p", str(plan.pid)]
+        for line in lldb_commands(boot, timeout):
+            command += ["-o", line]
+    else:
+        script = boot.parent / "attach.gdb"
+        script.write_text(gdb_script(boot) + "\n")
+        command = [
+            plan.tool,
+            "--batch",
+            "-nx",  # no ~/.gdbinit: gputui may be root, the init file another user's
+            "-q",
+            "-iex",
+            "set auto-load off",  # nor the target's libraries' gdb scripts
+            "-iex",
+            "set auto-solib-add off",  # libtorch's symbols would take gdb seconds to read
+            "-p",
+            str(plan.pid),
+            "-x",
+            str(script),
+        ]
+    name = plan.mechanism
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -182,11 +218,11 @@ def run_gdb(plan: Plan, boot: Path, timeout: float) -> Outcome:
         )
     except OSError as err:
         why = printable(err.strerror or str(err))
-        return Outcome(plan.pid, False, f"cannot run gdb: {why}: {GDB_INSTALL}")
+        return Outcome(plan.pid, False, f"cannot run {name}: {why}: {GDB_INSTALL}")
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)  # gdb interrupts its call, unwinds it, and detaches as it quits
+        proc.send_signal(signal.SIGINT)  # the debugger interrupts its call, unwinds it, detaches as it quits
         try:
             out, _ = proc.communicate(timeout=GRACE_S)
         except subprocess.TimeoutExpired:
@@ -195,33 +231,36 @@ def run_gdb(plan: Plan, boot: Path, timeout: float) -> Outcome:
         return Outcome(
             plan.pid,
             False,
-            f"gdb did not finish within {timeout:g} s (the target may hold a lock gdb's call needs): "
+            f"{name} did not finish within {timeout:g} s (the target may hold a lock its call needs): "
             f"it was interrupted and detached; pid {plan.pid} runs on as it was",
             seconds=time.monotonic() - started,
         )
     seconds = time.monotonic() - started
-    if "gputui-attach: bootstrap returned 0" in out:
-        return Outcome(plan.pid, True, f"attached to pid {plan.pid} with gdb", seconds=seconds)
-    return Outcome(plan.pid, False, _gdb_failure(plan.pid, out), seconds=seconds)
+    if "gputui-attach: bootstrap returned 0" in out or "$gputui_rc = 0" in out:
+        return Outcome(plan.pid, True, f"attached to pid {plan.pid} with {name}", seconds=seconds)
+    return Outcome(plan.pid, False, _debugger_failure(plan.pid, name, out), seconds=seconds)
 
 
-def _gdb_failure(pid: int, out: str) -> str:
-    """gdb's complaint, in one line with the fix."""
+run_gdb = run_debugger  # the name the tests and the timeout's story use
+
+
+def _debugger_failure(pid: int, name: str, out: str) -> str:
+    """The debugger's complaint, in one line with the fix."""
     text = out.lower()
-    if "ptrace: operation not permitted" in text:
+    if "operation not permitted" in text:
         return (
-            f"the kernel refused to let gdb attach to pid {pid} (ptrace: operation not permitted): run as "
+            f"the kernel refused to let {name} attach to pid {pid} (ptrace: operation not permitted): run as "
             "root, or check kernel.yama.ptrace_scope and the container's CAP_SYS_PTRACE"
         )
-    if "no symbol" in text and "pygilstate_ensure" in text:
+    if "pygilstate_ensure" in text and ("no symbol" in text or "undeclared" in text):
         return (
-            f"pid {pid}'s Python has no PyGILState_Ensure symbol gdb can find (a Python built without the "
+            f"pid {pid}'s Python has no PyGILState_Ensure symbol {name} can find (a Python built without the "
             "symbols a debugger needs, or statically linked without exporting them)"
         )
-    if "bootstrap returned" in text:
+    if "bootstrap returned" in text or "$gputui_rc" in text:
         return f"the bootstrap failed in pid {pid} (its stderr says why)"
     last = [line for line in out.splitlines() if line.strip()][-1:] or ["no output"]
-    return f"gdb could not attach to pid {pid}: {printable(last[0])[:160]}"
+    return f"{name} could not attach to pid {pid}: {printable(last[0])[:160]}"
 
 
 # -- sys.remote_exec (Python 3.14+) ------------------------------------------------------------------

@@ -146,8 +146,8 @@ def checks(p: ProcessFacts, system: SystemFacts) -> list[Check]:
             )
         else:
             out.append(ok("process", f"{who} waits for data {share}% of step time"))
-    if p.attach is not None:
-        out.append(_attach(p.attach, who))
+    if p.attach is not None and not (isinstance(p.attach, attaching.Refusal) and not p.attach.applies):
+        out.append(_attach(p.attach, who))  # (a program that is not Python has no allocator panel to want)
     return out
 
 

@@ -117,6 +117,31 @@ def test_gdb_attach_starts_the_agent_and_the_loop_keeps_stepping(trainer: Traine
     assert _payloads() == payloads  # the agent's copy is removed once it runs
 
 
+@pytest.mark.skipif(shutil.which("lldb") is None, reason="lldb is not installed")
+@needs_gdb
+def test_lldb_when_there_is_no_gdb(trainer: Trainer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where gdb is missing and lldb is there, lldb does the same steps; the loop keeps stepping."""
+    which = shutil.which
+    monkeypatch.setattr(
+        "gputui.attach.preflight.shutil.which", lambda name: None if name == "gdb" else which(name)
+    )
+    plan = check(trainer.pid)
+    assert isinstance(plan, Plan) and plan.mechanism == "lldb", plan
+    outcome = attach(trainer.pid)
+    assert outcome.ok and "lldb" in outcome.message, outcome.message
+    report = AgentPoller().report(trainer.pid)
+    assert report is not None and report.ok and report.torch
+    n = trainer.count()
+    assert wait_for(lambda: trainer.count() > n + 20, 10.0)
+    print(f"\nattach through lldb: {outcome.seconds:.3f} s")
+
+
+def test_no_debugger_is_one_line_with_the_fix(trainer: Trainer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("gputui.attach.preflight.shutil.which", lambda name: None)
+    refusal = check(trainer.pid)
+    assert isinstance(refusal, Refusal) and "apt install gdb" in refusal.reason, refusal
+
+
 @needs_gdb
 def test_a_second_attach_is_a_no_op(trainer: Trainer) -> None:
     assert attach(trainer.pid).ok
@@ -242,20 +267,17 @@ def test_a_gdb_call_that_cannot_get_the_gil_is_unwound_and_the_target_runs_on() 
 
 
 def test_the_gdb_script_takes_and_gives_back_the_gil_then_detaches() -> None:
+    """The text is put in the target before the GIL is taken (its malloc is the one call that could wait on
+    the stopped process: interrupted there, nothing else was done), then run, the GIL given back, freed."""
     lines = gdb_script(Path("/tmp/gputui-attach-x/gputui/agent/autostart/gputui_boot.py")).splitlines()
-    order = [
-        next(i for i, line in enumerate(lines) if key in line)
-        for key in (
-            "unwindonsignal on",
-            "PyGILState_Ensure",
-            "PyRun_SimpleString",
-            "PyGILState_Release",
-            "detach",
-        )
-    ]
+    keys = ("unwindonsignal on", "malloc(", "set {char[", "PyGILState_Ensure", "PyRun_SimpleString")
+    keys += ("PyGILState_Release", "free(", "detach")
+    order = [next(i for i, line in enumerate(lines) if key in line) for key in keys]
     assert order == sorted(order)
-    run = next(line for line in lines if "PyRun_SimpleString" in line)
-    assert "__import__('runpy').run_path(" in run and "import runpy" not in run  # binds no name in __main__
+    text = next(line for line in lines if "set {char[" in line)
+    assert "__import__('runpy').run_path(" in text and "import runpy" not in text  # binds no name in __main__
+    size = int(text.split("[")[1].split("]")[0])
+    assert size == len(text.split('"', 1)[1].rsplit('"', 1)[0]) + 1  # the text and its NUL, no more
     assert "torch" not in "\n".join(lines)
 
 

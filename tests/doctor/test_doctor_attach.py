@@ -214,3 +214,15 @@ def test_the_command_line_says_it(loop: subprocess.Popen[str]) -> None:
         assert line["status"] == "warning" and line["fix"]
     after = attaching.check(loop.pid)
     assert not (isinstance(after, Plan) and after.already), "the doctor attached by itself"
+
+
+def test_a_program_that_is_not_python_gets_no_panel_line(devices: Path) -> None:
+    """A CUDA binary that is not Python has no allocator panel to want: nothing to act on, nothing said."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        p, checks = examine(sleeper.pid, devices)
+        assert isinstance(p.attach, Refusal) and not p.attach.applies
+        assert panel_lines(checks) == []
+    finally:
+        sleeper.kill()
+        sleeper.wait()
