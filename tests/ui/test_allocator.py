@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gputui.collect.agent_reply import parse
 from gputui.collect.replay import ReplaySampler
 from gputui.model import Snapshot
@@ -93,7 +95,13 @@ async def test_badge_and_a_opens_the_panel() -> None:
         assert not isinstance(app.screen, AllocatorScreen)
 
 
-async def test_enter_on_an_agent_row_is_its_detail_a_its_panel_and_a_elsewhere_explains() -> None:
+async def test_enter_on_an_agent_row_is_its_detail_a_its_panel_and_a_elsewhere_explains(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gputui.attach import Refusal
+
+    # The world's pids are made up: whatever runs under them on this machine is not asked about.
+    monkeypatch.setattr("gputui.attach.check", lambda pid: Refusal(pid, f"no process with pid {pid}"))
     app, _ = _app()
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
