@@ -9,7 +9,19 @@ from importlib import resources
 from typing import Any
 
 from gputui.collect import agent_reply
-from gputui.model import SCHEMA_VERSION, AgentReport, GpuSample, HostStats, ProcessRow, Snapshot
+from gputui.model import (
+    SCHEMA_VERSION,
+    AgentReport,
+    GpuSample,
+    HostStats,
+    MigInstance,
+    Owner,
+    ProcessRow,
+    Snapshot,
+)
+from gputui.units import printable
+
+MAX_OWNER_TEXT = 253  # a Kubernetes name's longest
 
 
 def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
@@ -48,12 +60,19 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
                     "throttle_reasons": None
                     if g.get("throttle_reasons") is None
                     else tuple(g["throttle_reasons"]),
+                    "mig": tuple(MigInstance(**m) for m in g.get("mig") or ()),
                 }
             )
             for g in data["gpus"]
         )
         procs = tuple(
-            ProcessRow(**{**p, "devices": None if p.get("devices") is None else tuple(p["devices"])})
+            ProcessRow(
+                **{
+                    **p,
+                    "devices": None if p.get("devices") is None else tuple(p["devices"]),
+                    "owner": _owner(p.get("owner")),
+                }
+            )
             for p in data["processes"]
         )
         return Snapshot(
@@ -83,6 +102,22 @@ def _agents(data: dict[str, Any]) -> dict[int, AgentReport]:
             raise ValueError(f"not a pid: {key[:20]!r}")
         out[int(key)] = agent_reply.parse(int(key), value)
     return out
+
+
+def _owner(data: Any) -> Owner | None:
+    """A recording's owner: its strings are someone else's (a pod name, a job name): printable and short."""
+    if data is None:
+        return None
+    if not isinstance(data, dict) or set(data) - {f.name for f in dataclasses.fields(Owner)}:
+        raise ValueError("owner: not an owner object")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"owner.{key}: not a string")
+        values[key] = None if value is None else printable(value)[:MAX_OWNER_TEXT]
+    if not values.get("kind") or not values.get("id"):
+        raise ValueError("owner: no kind or id")
+    return Owner(**values)
 
 
 def _host(data: Any) -> HostStats | None:

@@ -12,6 +12,20 @@ SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG instance of a GPU: a GPU instance (memory slice) with one compute instance (its SMs).
+    Memory in bytes; utilization in percent where the driver reports it per instance, else None."""
+
+    gpu_instance: int  # NVML's gpuInstanceId (GPU_I_ID in dcgm-exporter)
+    compute_instance: int  # computeInstanceId
+    profile: str | None = None  # "3g.40gb", "1g.10gb", ...
+    uuid: str | None = None  # MIG-..., as CUDA_VISIBLE_DEVICES may name it
+    mem_total: int | None = None
+    mem_used: int | None = None
+    util: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSample:
     """One GPU at one moment. Memory in bytes, power in watts, clocks in MHz, rates in bytes/s."""
 
@@ -47,6 +61,7 @@ class GpuSample:
     ecc_errors: int | None = None  # volatile uncorrected ECC errors since the driver loaded
     nvlink_rx: float | None = None  # bytes/s over all NVLink links
     nvlink_tx: float | None = None
+    mig: tuple[MigInstance, ...] = ()  # the instances of a MIG-enabled GPU (empty: MIG off, or unknown)
 
     @property
     def mem_percent(self) -> float | None:
@@ -65,6 +80,37 @@ class GpuProcess:
     used_memory: int | None = None
     sm_util: int | None = None
     mem_util: int | None = None
+    gpu_instance: int | None = None  # on a MIG GPU, the instance it runs in (NVML's process info)
+    compute_instance: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Whose job a process is, from its cgroup (and names found without new privileges).
+
+    kind: "docker", "containerd", "cri-o", "podman", "kubernetes" (a pod's container), "slurm", "systemd"
+    is never one: a plain service is no job. id: the container id (64 hex), the pod UID, or the SLURM job id.
+    """
+
+    kind: str
+    id: str
+    name: str | None = None  # container name, pod name, SLURM job name
+    namespace: str | None = None  # the pod's namespace
+    container: str | None = None  # in a pod: its container id
+    step: str | None = None  # SLURM step ("0", "batch", "extern")
+    qos: str | None = None  # the pod's QoS class: guaranteed, burstable, besteffort
+    user: str | None = None  # the SLURM job's user (from its cgroup path's uid_N)
+
+    @property
+    def label(self) -> str:
+        """A short name for a column: `slurm 81234`, `pod ns/name`, `docker name` (or short ids)."""
+        if self.kind == "slurm":
+            return f"slurm {self.id}" + (f".{self.step}" if self.step and self.step.isdigit() else "")
+        if self.kind == "kubernetes":
+            if self.name:
+                return f"pod {self.namespace}/{self.name}" if self.namespace else f"pod {self.name}"
+            return f"pod {self.id[:8]}"
+        return f"{self.kind} {self.name or self.id[:12]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +137,9 @@ class ProcessRow:
     category: str = "ok"  # see gputui.collect.classify: ok, worker, defunct, orphan, unseen, ...
     reason: str = ""  # one line: why it is in its category
     ns_pid: int | None = None  # its PID inside its own (container's) PID namespace, when different
+    owner: Owner | None = None  # its container, pod or SLURM job; None: none found (a plain process)
+    gpu_instance: int | None = None  # on a MIG GPU: the instance it runs in
+    compute_instance: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

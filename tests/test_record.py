@@ -368,6 +368,7 @@ def test_recorder_round_trip_reproduces_every_snapshot(tmp_path: Path) -> None:
         assert snapshot_to_dict(a)["gpus"] == [
             dataclasses.asdict(g)
             | {"throttle_reasons": None if g.throttle_reasons is None else list(g.throttle_reasons)}
+            | {"mig": [dataclasses.asdict(m) for m in g.mig]}
             for g in b.gpus
         ]
     assert back[1].agents == snaps[1].agents
