@@ -266,6 +266,8 @@ class ProcessJoiner:
             devices=devices,
             category=category,
             reason=reason,
+            gpu_instance=listed.gpu_instance if listed is not None else None,
+            compute_instance=listed.compute_instance if listed is not None else None,
         )
 
     def _relatives(
