@@ -143,6 +143,7 @@ class GpuTuiApp(BaseApp):
         Binding("plus", "faster", "Faster", key_display="+", show=False),
         Binding("minus", "slower", "Slower", key_display="-", show=False),
         Binding("z", "zombies", "Zombies"),
+        Binding("J", "jobs", "Jobs", show=False),
         Binding("a", "allocator", "Allocator"),
         Binding("e", "events", "Events"),
         Binding("D", "doctor", "Doctor"),
@@ -158,11 +159,12 @@ class GpuTuiApp(BaseApp):
     ]
     KEYS_HELP: ClassVar[list[tuple[str, str]]] = [
         ("s / S  F6", "sort by the next column / reverse the order (or click a column header)"),
-        ("/  F3  F4", "filter by pid, user or command substring (Enter keeps it, Esc clears it)"),
+        ("/  F3  F4", "filter by pid, user, command or job (job:81234, pod:trainer-); Esc clears it"),
         ("t  F5", "tree view: GPU processes with their parents and children"),
         ("g", "choose a GPU: the table shows its processes (g again: all GPUs)"),
         ("Enter", "process detail (◆ rows too): command line, cwd, CUDA_VISIBLE_DEVICES, devices, children"),
         ("z", "zombies: only the suspicious processes (defunct, orphaned, unseen by NVML, ...) and why"),
+        ("J", "jobs: one row per container, pod or SLURM job (GPUs, memory, CPU); k signals its processes"),
         ("space", "tag / untag the highlighted process (k then signals every tagged one)"),
         ("k  F9", "send a signal (SIGTERM, SIGINT or SIGKILL) after confirmation"),
         ("K", "SIGKILL the processes still alive 5 s after a signal"),
@@ -796,6 +798,14 @@ class GpuTuiApp(BaseApp):
             event.stop()  # the bindings are off (check_action): say why nothing happens
             self.say("read-only (--readonly): signals are disabled", "warning")
 
+    def action_jobs(self) -> None:
+        jobs = not self.view.jobs
+        self._set_view(replace(self.view, jobs=jobs, tree=False if jobs else self.view.tree))
+        if jobs and self.snapshot is not None and not any(p.owner for p in self.snapshot.processes):
+            self.say("jobs: no process here is in a container, a pod or a SLURM job (J again: processes)")
+        else:
+            self.say("jobs: a row per container, pod or SLURM job; k signals its processes" if jobs else "")
+
     def action_zombies(self) -> None:
         self._set_view(replace(self.view, zombies=not self.view.zombies))
         self.say("zombies: the suspicious processes and why (z again: all)" if self.view.zombies else "")
@@ -803,7 +813,7 @@ class GpuTuiApp(BaseApp):
     def action_tag(self) -> None:
         table = self.table
         row = table.current
-        if row is None or row.process is None:
+        if row is None or (row.process is None and not row.members):
             return
         self.tagged.symmetric_difference_update({row.key})
         table.action_move(1)
@@ -817,7 +827,8 @@ class GpuTuiApp(BaseApp):
         table = self.table
         current = [table.current] if table.current is not None else []
         rows = [r for r in table.rows if r.key in self.tagged] or current
-        chosen = [r.process for r in rows if r.process is not None]
+        # A job's row (J) stands for its processes on this machine.
+        chosen = [p for r in rows for p in (r.members or ([r.process] if r.process is not None else []))]
         if not chosen:
             return
         from gputui.ui.kill import KillScreen
@@ -875,6 +886,7 @@ class GpuTuiApp(BaseApp):
         yield SystemCommand("Sample faster", "Shorter refresh interval", self.action_faster)
         yield SystemCommand("Sample slower", "Longer refresh interval", self.action_slower)
         yield SystemCommand("Zombies", "Only the suspicious processes, with reasons", self.action_zombies)
+        yield SystemCommand("Jobs", "One row per container, pod or SLURM job", self.action_jobs)
         yield SystemCommand("Events", "Utilization dips and per-GPU dip rates", self.action_events)
         yield SystemCommand("Columns", "Show or hide process table columns", self.action_columns)
         yield SystemCommand("Doctor", "Why isn't my GPU being used?", self.action_doctor)

@@ -27,6 +27,7 @@ MEANING = {
     "time": "how long it has been running",
     "category": "ok, defunct, orphan, unseen ... (z explains)",
     "state": "running, sleeping, zombie, stopped, disk wait",
+    "job": "its container, pod or SLURM job (when any process has one)",
 }
 CHOOSABLE = tuple(c for c in COLUMNS if c.key not in ALWAYS_SHOWN)
 

@@ -12,7 +12,7 @@ from rich.style import Style
 from rich.text import Text
 
 from gputui.collect.classify import SUSPICIOUS, WORKER
-from gputui.model import HostProcess, ProcessRow, Snapshot
+from gputui.model import HostProcess, Owner, ProcessRow, Snapshot
 from gputui.ui.canvas import PLAIN
 from gputui.ui.command_line import shorten
 from gputui.units import NA, fmt_bytes, fmt_duration, printable
@@ -32,6 +32,15 @@ def _gpu_attr(name: str) -> Callable[[ProcessRow | HostProcess], Any]:
     return lambda p: getattr(p, name, None)
 
 
+def owner_of(p: ProcessRow | HostProcess) -> Owner | None:
+    return getattr(p, "owner", None)
+
+
+def _owner_label(p: ProcessRow | HostProcess) -> str:
+    owner = owner_of(p)
+    return owner.label if owner is not None else ""
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("gpu", "GPU", 4, _gpu_attr("gpu")),
     Column("pid", "PID", 7, lambda p: p.pid),
@@ -45,6 +54,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("time", "TIME", 6, lambda p: p.create_time),  # oldest start first: longest running first
     Column("category", "CLASS", 11, lambda p: getattr(p, "category", ""), justify="left"),
     Column("state", "STATE", 8, lambda p: p.state or "", justify="left"),
+    # Shown only when some process has an owner (a container, a pod, a SLURM job): see ProcessTable.
+    Column("job", "JOB", 16, lambda p: _owner_label(p), justify="left"),
     Column("command", "COMMAND", 400, lambda p: p.command or "", justify="left"),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
@@ -72,6 +83,7 @@ class TableRow:
     folded: bool = False  # its workers are folded into this row: its CPU% and RSS are theirs summed in
     rank: str = ""  # a worker shown below its rank: the rank's row key
     lead: int = 0  # characters at the start of COMMAND that stay when it scrolls (fold mark, tree branches)
+    members: tuple[ProcessRow, ...] = ()  # a job's row (`J`): its processes, which `k` signals
 
 
 @dataclass(frozen=True)
@@ -95,6 +107,7 @@ class View:
     gpu: int | None = None
     tree: bool = False
     zombies: bool = False  # only the suspicious processes, each with its reason
+    jobs: bool = False  # one row per job (container, pod, SLURM job), its processes summed
 
 
 def row_key(p: ProcessRow | HostProcess) -> str:
@@ -103,11 +116,21 @@ def row_key(p: ProcessRow | HostProcess) -> str:
 
 
 def matches(p: ProcessRow | HostProcess, needle: str) -> bool:
+    """A substring of the pid, user, command or job; `job:81234` and `pod:trainer-` look at the owner only
+    (`job:` any job's id or name, `pod:` a pod's name, namespace or UID)."""
     if not needle:
         return True
     needle = needle.lower()
+    owner = owner_of(p)
+    kind, _, rest = needle.partition(":")
+    if rest and kind in ("job", "pod"):
+        if owner is None or (kind == "pod" and owner.kind != "kubernetes"):
+            return False
+        fields = (owner.id, owner.name, owner.namespace) if kind == "pod" else (owner.id, owner.name)
+        return any(rest in f.lower() for f in fields if f)
     # An unknown user is drawn as n/a, and a user who sees n/a can type it.
-    return any(needle in s.lower() for s in (str(p.pid), p.user or NA, p.command or ""))
+    haystack = (str(p.pid), p.user or NA, p.command or "", owner.label if owner else "")
+    return any(needle in s.lower() for s in haystack)
 
 
 def _sort_key(column: Column) -> Callable[[ProcessRow | HostProcess], tuple[Any, ...]]:
@@ -153,6 +176,10 @@ def build_rows(
         and matches(p, view.filter)
         and (not view.zombies or p.category in SUSPICIOUS)
     ]
+    if view.jobs:
+        rows = _job_rows(procs, view, styles, snap.time)
+        cache.turn()
+        return rows
     workers = workers_by_rank(procs)
     make = _RowMaker(snap, view, styles, cache, workers, folding)
     if view.tree:
@@ -220,6 +247,95 @@ def _flat_rows(
 
 
 UNACCOUNTED_MIN = 64 << 20  # below this, the driver's own bookkeeping: not worth a row
+NO_JOB = "no job"
+
+
+def _job_rows(procs: list[ProcessRow], view: View, styles: dict[str, Style], now: float) -> list[TableRow]:
+    """`J`: one row per job on this machine, its processes' GPUs, GPU memory, CPU and RSS summed (a
+    process on two GPUs counts its host numbers once); the processes with no owner are one last row."""
+    groups: dict[tuple[str, str], list[ProcessRow]] = {}
+    for p in procs:
+        key = (p.owner.kind, p.owner.id) if p.owner is not None else ("", "")
+        groups.setdefault(key, []).append(p)
+    made = [_job_row(members, styles, now) for members in groups.values()]
+    column = BY_KEY.get(view.sort, BY_KEY["gpu"])
+    known = [r for r in made if r[1].get(column.key) is not None]
+    ordered = sorted(known, key=lambda r: r[1][column.key], reverse=column.descending != view.reverse)
+    ordered += [r for r in made if r[1].get(column.key) is None]
+    rows = [row for row, _ in ordered]
+    return [r for r in rows if r.key != f"job/{NO_JOB}"] + [r for r in rows if r.key == f"job/{NO_JOB}"]
+
+
+def _job_row(
+    members: list[ProcessRow], styles: dict[str, Style], now: float
+) -> tuple[TableRow, dict[str, Any]]:
+    """The row, and the values it sorts by."""
+    owner = members[0].owner
+    once = list({p.pid: p for p in members}.values())  # host numbers once per process
+    gpus = sorted({p.gpu for p in members if p.gpu is not None})
+    memory = [p.used_memory for p in members if p.used_memory is not None]
+    sm = [p.sm_util for p in members if p.sm_util is not None]
+    users = sorted({p.user for p in once if p.user})
+    started = min((p.create_time for p in once if p.create_time), default=None)
+    suspicious = sorted({p.category for p in members if p.category in SUSPICIOUS})
+    values: dict[str, Any] = {
+        "gpu": gpus[0] if gpus else None,
+        "pid": len(once),
+        "user": (owner.user if owner and owner.user else ",".join(users)) or None,
+        "gpu_mem": sum(memory) if memory else None,
+        "sm": round(sum(sm) / len(sm)) if sm else None,
+        "cpu": _summed([p.cpu_percent for p in once]),
+        "rss": _summed([p.rss for p in once]),
+        "time": started,
+        "category": ",".join(suspicious) or "ok",
+        "job": replace(owner, step=None).label if owner else NO_JOB,  # the job, whatever its steps
+    }
+
+    def cell(key: str, text: str, style: Style | str = "") -> Text:
+        return Text(text, style=style, justify=BY_KEY[key].justify, no_wrap=True, overflow="ellipsis")
+
+    warn = styles.get("error", PLAIN) if suspicious else ""
+    name = f"{owner.name}: " if owner and owner.name else ""
+    cells = tuple(
+        [
+            cell("gpu", compact_gpus(gpus)),
+            cell("pid", f"{len(once)}p"),
+            cell("user", values["user"] or NA),
+            cell("kinds", ""),
+            cell("gpu_mem", fmt_bytes(values["gpu_mem"])),
+            cell("sm", _pct(values["sm"])),
+            cell("bw", ""),
+            cell("cpu", f"{values['cpu']:.1f}" if values["cpu"] is not None else NA),
+            cell("rss", fmt_bytes(values["rss"])),
+            cell("time", fmt_duration(now - started) if started else NA),
+            cell("category", values["category"], warn),
+            cell("state", ""),
+            cell("job", values["job"]),
+            Text(
+                printable(  # JOB says whose: the name and what it runs here
+                    f"{name}{len(once)} process{'es' if len(once) > 1 else ''}"
+                    + (f" on GPU {compact_gpus(gpus)}" if gpus else "")
+                    + ("" if owner else " with no container, pod or SLURM job")
+                ),
+                no_wrap=True,
+            ),
+        ]
+    )
+    key = f"job/{owner.kind}/{owner.id}" if owner else f"job/{NO_JOB}"
+    row = TableRow(key, 0, None, None, cells, members=tuple(members))
+    return row, values
+
+
+def compact_gpus(gpus: list[int]) -> str:
+    """0-7, 0,2,5, or 0-3,6: runs of three or more as ranges."""
+    out, i = [], 0
+    while i < len(gpus):
+        j = i
+        while j + 1 < len(gpus) and gpus[j + 1] == gpus[j] + 1:
+            j += 1
+        out.append(f"{gpus[i]}-{gpus[j]}" if j - i >= 2 else ",".join(map(str, gpus[i : j + 1])))
+        i = j + 1
+    return ",".join(out)
 
 
 def _unaccounted_rows(snap: Snapshot, view: View, styles: dict[str, Style]) -> list[TableRow]:
@@ -447,6 +563,7 @@ def _make_row(
         cell(fmt_duration(run), "time"),
         category,
         cell(p.state or NA, "state", state_style),
+        cell(_owner_label(p), "job"),
         # Text, never markup: a command line may contain "[/]" or escape sequences.
         Text(
             lead + printable(_last_column(p, command, with_reason)),

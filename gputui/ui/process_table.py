@@ -29,7 +29,7 @@ _GAP = 1  # spaces between columns
 _MIN_COMMAND = 24
 SCROLL_STEP = 8  # cells per ←/→
 # Dropped first when the terminal is too narrow for every column and a readable command line.
-_DROP_ORDER = ("bw", "time", "rss", "kinds", "state", "cpu", "user", "category")
+_DROP_ORDER = ("bw", "time", "rss", "kinds", "job", "state", "cpu", "user", "category")
 ALWAYS_SHOWN = frozenset({"pid", "command"})
 
 
@@ -93,6 +93,7 @@ class ProcessTable(CursorTable):
         self.folding = Folding()
         self.command_offset = 0  # cells of COMMAND scrolled off to the left
         self._hidden: frozenset[str] = frozenset()
+        self._has_owners = False
         self._source: tuple[Snapshot, View, dict[str, Style]] | None = None
 
     # -- rows ----------------------------------------------------------------------------------------
@@ -101,6 +102,8 @@ class ProcessTable(CursorTable):
         """Show `snap`'s processes as `view` says, with this table's folding; kept for the next rebuild
         (a fold toggled between two ticks)."""
         self._source = (snap, view, styles or {})
+        # JOB only when some process is a container's, a pod's or a SLURM job's (most boxes: none).
+        self._has_owners = view.jobs or any(p.owner is not None for p in snap.processes)
         self._rebuild()
 
     def _rebuild(self, cursor_to: str = "") -> None:
@@ -175,7 +178,8 @@ class ProcessTable(CursorTable):
 
     def _layout(self, width: int) -> list[tuple[int, int]]:
         """(column index, width) of the columns that fit; the command line takes what is left."""
-        shown = [i for i in range(len(COLUMNS) - 1) if COLUMNS[i].key not in self._hidden]
+        hidden = self._hidden if self._has_owners else self._hidden | {"job"}
+        shown = [i for i in range(len(COLUMNS) - 1) if COLUMNS[i].key not in hidden]
         drop = [i for key in _DROP_ORDER for i, c in enumerate(COLUMNS) if c.key == key and i in shown]
 
         def used() -> int:

@@ -16,7 +16,7 @@ from textual.widgets.option_list import Option
 
 from gputui.collect.procs import MAX_ENVIRON, TRAINING_NAMES, TRAINING_PREFIXES, describe
 from gputui.collect.stacks import is_python, py_spy_dump
-from gputui.model import GpuSample, HostProcess, ProcessDetail, ProcessRow
+from gputui.model import GpuSample, HostProcess, Owner, ProcessDetail, ProcessRow
 from gputui.ui._textual_compat import DismissOnce
 from gputui.units import NA, fmt_bytes, fmt_pct, printable
 
@@ -200,6 +200,18 @@ def _gpu_line(p: ProcessRow | HostProcess) -> str | None:
     return f"{p.gpu}  ({p.kinds})  memory {fmt_bytes(p.used_memory)}"
 
 
+def describe_owner(o: Owner) -> str:
+    """Whose job it is, in words: `SLURM job 81234, step 0: train (user alice)`."""
+    if o.kind == "slurm":
+        text = f"SLURM job {o.id}" + (f", step {o.step}" if o.step else "")
+        return text + (f": {o.name}" if o.name else "") + (f" (user {o.user})" if o.user else "")
+    if o.kind == "kubernetes":
+        pod = f"{o.namespace}/{o.name}" if o.name and o.namespace else o.name or "(name unknown)"
+        text = f"Kubernetes pod {pod}, UID {o.id}" + (f", QoS {o.qos}" if o.qos else "")
+        return text + (f", container {o.container[:12]}" if o.container else "")
+    return f"{o.kind} container " + (f"{o.name} ({o.id[:12]})" if o.name else o.id[:12])
+
+
 def render_detail(p: ProcessRow | HostProcess, d: ProcessDetail, now: float | None = None) -> Table:
     """`now`: the clock the age is counted on (a test's fixed one); the wall clock by default."""
     grid = _Grid()
@@ -208,6 +220,8 @@ def render_detail(p: ProcessRow | HostProcess, d: ProcessDetail, now: float | No
         add("error", d.error, "red")
     add("command", d.command or p.command)
     add("user", p.user)
+    if (owner := getattr(p, "owner", None)) is not None:
+        add("job", describe_owner(owner))
     # CPU and RSS are the row's, of the last tick: the detail does not measure them again.
     add("started", _started(p.create_time, time.time() if now is None else now))
     add("CPU", fmt_pct(p.cpu_percent))

@@ -122,3 +122,10 @@ def test_allocator_panel(snap_compare) -> None:  # type: ignore[no-untyped-def]
             await pilot.pause(0.05)
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+def test_job_column_and_jobs_view(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """A SLURM job on GPUs 0-1 and a pod on GPU 2: the JOB column, then `J` (one row per job)."""
+    from tests.ui.test_jobs import app_with_owners
+
+    assert _snap(snap_compare, (120, 40), "J", app=app_with_owners())
