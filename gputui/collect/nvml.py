@@ -7,19 +7,24 @@ calls per GPU per tick at 1 Hz):
 
 - every tick: utilization, memory, one batched field read (power, power limit, energy, PCIe and NVLink
   byte counters, volatile uncorrected ECC errors), the compute and graphics process lists, per-process
-  utilization;
+  utilization; on a MIG GPU, one memory read per MIG instance;
 - slow ticks (every few seconds): temperature, clocks, P-state, clock-event reasons, fan, encoder and
   decoder, the MPS process list (every tick once MPS clients were seen);
 - every SETTINGS_EVERY slow ticks: compute, persistence, MIG and ECC modes (and, until it is known,
-  whether the GPU has NVLink at all).
+  whether the GPU has NVLink at all); on a MIG GPU, its instances (the layout changes only by an
+  admin's hand: 1 + the maximum MIG device count + 4 calls per instance).
 
-A batched field whose own nvmlReturn says NotSupported is not asked for again.
+A batched field whose own nvmlReturn says NotSupported is not asked for again. Where the batched read or
+the deprecated temperature call is missing (FunctionNotFound), the single calls stand in: power and
+energy (nvmlDeviceGetPowerUsage, nvmlDeviceGetTotalEnergyConsumption), nvmlDeviceGetTemperatureV.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +33,7 @@ from typing import Any
 import pynvml
 
 from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
-from gputui.model import GpuProcess, GpuSample
+from gputui.model import GpuProcess, GpuSample, MigInstance
 from gputui.units import printable
 
 SETTINGS_EVERY = 6  # slow ticks between reads of modes that change only by an admin's hand
@@ -84,10 +89,28 @@ _PROC_VERSIONS: tuple[tuple[str, type[ctypes.Structure]], ...] = (
 )
 _NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 _SIZING_ATTEMPTS = 4
+_NO_INSTANCE = 0xFFFFFFFF  # a process's gpuInstanceId/computeInstanceId when MIG is off
+_MAX_MIG_DEVICES = 16  # 7 on an A100 or H100; a larger count from a broken driver is not walked
+# The driver names a MIG device "<GPU name> MIG <profile>": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+# "... MIG 1c.3g.40gb" (a compute instance smaller than its GPU instance), "... MIG 1g.10gb+me".
+_MIG_PROFILE = re.compile(
+    r"\bMIG\s+((?:\d{1,2}c\.)?\d{1,2}g\.\d{1,4}gb(?:\+[a-z]{1,8}){0,3})\s*$", re.IGNORECASE
+)
 
 
 class _Lost(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class _Mig:
+    """One MIG device as enumerated on the settings tier; its memory is read every tick."""
+
+    handle: Any
+    gpu_instance: int
+    compute_instance: int
+    profile: str | None
+    uuid: str | None
 
 
 @dataclass
@@ -98,6 +121,7 @@ class _Gpu:
     slow: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     skip: set[str] = field(default_factory=set)  # fields this GPU/driver does not support
+    missing: set[str] = field(default_factory=set)  # those of them whose function the driver lacks
     lost: bool = False
     proc_util_ts: int = 0  # NVML's lastSeenTimeStamp for per-process utilization
     proc_version: dict[str, int] = field(default_factory=dict)  # kind -> index into _PROC_VERSIONS
@@ -107,6 +131,8 @@ class _Gpu:
     ecc_on: bool | None = None  # ECC mode from the settings tier; None: unknown or unsupported
     nvlink: bool | None = None  # has NVLink; None: not known yet
     nvlink_prev: dict[int, tuple[int, int]] = field(default_factory=dict)  # field id -> (µs, KiB)
+    mig: list[_Mig] = field(default_factory=list)  # its MIG devices, by (GPU instance, compute instance)
+    mig_stale: bool = False  # enumerate again on the next slow tick (a read failed: the layout changed?)
 
 
 def _text(value: Any) -> str:
@@ -144,7 +170,35 @@ def _pstate(value: int | None) -> int | None:
     return None if value is None or value == pynvml.NVML_PSTATE_UNKNOWN else value
 
 
-def _sized_call(fn: Any, handle: Any, struct: type[ctypes.Structure]) -> list[tuple[int, int | None]]:
+def mig_profile(name: Any, attributes: Any = None) -> str | None:
+    """A MIG device's profile ("3g.40gb"): from its name, which is the driver's own profile string (as
+    nvidia-smi -L shows it, "+me" and "1c.3g.40gb" variants included); else built from its attributes
+    (slice counts, memory in MB), whose rounding to the profile's "Ngb" is close but not NVIDIA's."""
+    if name is not None:
+        found = _MIG_PROFILE.search(_text(name))
+        if found:
+            return found.group(1).lower()
+    if attributes is None:
+        return None
+    gi, ci, mb = (
+        attributes.gpuInstanceSliceCount,
+        attributes.computeInstanceSliceCount,
+        attributes.memorySizeMB,
+    )
+    if not 0 < gi <= 8 or not 0 < ci <= gi or not 0 < mb < 1 << 24:
+        return None
+    profile = f"{gi}g.{math.ceil(mb / 1024)}gb"
+    return profile if ci == gi else f"{ci}c.{profile}"
+
+
+def _instance_id(value: int | None) -> int | None:
+    return None if value is None or value == _NO_INSTANCE else int(value)
+
+
+_Listed = tuple[int, int | None, int | None, int | None]  # pid, memory, GPU instance, compute instance
+
+
+def _sized_call(fn: Any, handle: Any, struct: type[ctypes.Structure]) -> list[_Listed]:
     """NVML's two-call pattern: ask for the count, then fill a buffer with headroom for newcomers."""
     count = ctypes.c_uint(0)
     ret = fn(handle, ctypes.byref(count), None)
@@ -154,7 +208,13 @@ def _sized_call(fn: Any, handle: Any, struct: type[ctypes.Structure]) -> list[tu
             if buf is None:
                 return []
             return [
-                (p.pid, None if p.usedGpuMemory == _NOT_AVAILABLE else p.usedGpuMemory)
+                (
+                    p.pid,
+                    None if p.usedGpuMemory == _NOT_AVAILABLE else p.usedGpuMemory,
+                    # v2 and v3 entries carry the process's MIG instance; v1 (before driver 470) does not
+                    _instance_id(getattr(p, "gpuInstanceId", None)),
+                    _instance_id(getattr(p, "computeInstanceId", None)),
+                )
                 for p in buf[: count.value]
             ]
         if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
@@ -320,6 +380,10 @@ class NvmlSource:
             return fn(*args)
         except pynvml.NVMLError_GpuIsLost:
             raise _Lost from None
+        except pynvml.NVMLError_FunctionNotFound:
+            gpu.skip.add(key)
+            gpu.missing.add(key)
+            return None
         except _SKIP_FOREVER:
             gpu.skip.add(key)
             return None
@@ -339,11 +403,18 @@ class NvmlSource:
         if fast.get("power") is None:
             mw = self._get(gpu, "power", pynvml.nvmlDeviceGetPowerUsage, h)
             fast["power"] = mw / 1000 if mw is not None else None
+        if "energy" not in fast:  # no batched read (a field's own NotSupported is the driver's answer)
+            fast["energy"] = _from_milli(
+                self._get(gpu, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, h)
+            )
+        if settings:  # before the process lists, which keep instance ids only on a MIG GPU
+            gpu.settings = self._read_settings(gpu, need_limit=fast.get("power_limit") is None)
+        if settings or (slow and gpu.mig_stale):
+            self._enumerate_mig(gpu)
+        mig = self._mig_instances(gpu)
         procs = self._processes(gpu, slow)
         if slow:
             gpu.slow = self._read_slow(gpu)
-        if settings:
-            gpu.settings = self._read_settings(gpu, need_limit=fast.get("power_limit") is None)
         merged = {**gpu.slow, **gpu.settings, **{k: v for k, v in fast.items() if v is not None}}
         sample = GpuSample(
             index=gpu.index,
@@ -353,18 +424,79 @@ class NvmlSource:
             mem_total=mem_total,
             mem_used=mem_used,
             mem_reserved=mem_reserved,
+            mig=mig,
             **merged,
         )
         return sample, procs
 
-    def _memory(self, gpu: _Gpu) -> tuple[int | None, int | None, int | None]:
-        m = self._get(gpu, "mem_v2", pynvml.nvmlDeviceGetMemoryInfo, gpu.handle, pynvml.nvmlMemory_v2)
+    def _memory(
+        self, gpu: _Gpu, handle: Any = None, key: str = "mem"
+    ) -> tuple[int | None, int | None, int | None]:
+        """(total, used, reserved) of the GPU, or of one of its MIG devices (`handle`, `key` "mig_mem")."""
+        h = gpu.handle if handle is None else handle
+        m = self._get(gpu, f"{key}_v2", pynvml.nvmlDeviceGetMemoryInfo, h, pynvml.nvmlMemory_v2)
         if m is not None:
             return m.total, m.used, m.reserved
-        if "mem_v2" not in gpu.skip:  # v2 exists but failed this once: no v1 guess either
+        if f"{key}_v2" not in gpu.skip:  # v2 exists but failed this once: no v1 guess either
             return None, None, None
-        m = self._get(gpu, "mem_v1", pynvml.nvmlDeviceGetMemoryInfo, gpu.handle)
+        m = self._get(gpu, f"{key}_v1", pynvml.nvmlDeviceGetMemoryInfo, h)
         return (m.total, m.used, None) if m is not None else (None, None, None)
+
+    # -- MIG ---------------------------------------------------------------------------------------
+
+    def _enumerate_mig(self, gpu: _Gpu) -> None:
+        """The MIG devices of a MIG-enabled GPU: ids, profile and UUID, which change only when an admin
+        creates or destroys instances. A failed walk keeps the last list and is tried again."""
+        gpu.mig_stale = False
+        if not gpu.settings.get("mig_mode"):
+            gpu.mig = []
+            return
+        get, h = self._get, gpu.handle
+        count = get(gpu, "mig_count", pynvml.nvmlDeviceGetMaxMigDeviceCount, h)
+        if count is None:
+            gpu.mig_stale = "mig_count" not in gpu.skip
+            return
+        found: dict[tuple[int, int], _Mig] = {}
+        for i in range(min(int(count), _MAX_MIG_DEVICES)):
+            # NotFound: no MIG device at this index (indices of destroyed instances stay empty)
+            mh = get(gpu, "mig_handle", pynvml.nvmlDeviceGetMigDeviceHandleByIndex, h, i)
+            if mh is None:
+                if "mig_handle" in gpu.skip:
+                    break
+                continue
+            gi = get(gpu, "mig_gi", pynvml.nvmlDeviceGetGpuInstanceId, mh)
+            ci = get(gpu, "mig_ci", pynvml.nvmlDeviceGetComputeInstanceId, mh)
+            if gi is None or ci is None:  # an instance we cannot name cannot hold processes either
+                continue
+            uuid = get(gpu, "mig_uuid", pynvml.nvmlDeviceGetUUID, mh)
+            profile = mig_profile(get(gpu, "mig_name", pynvml.nvmlDeviceGetName, mh))
+            if profile is None:
+                profile = mig_profile(None, get(gpu, "mig_attrs", pynvml.nvmlDeviceGetAttributes, mh))
+            key = (int(gi), int(ci))
+            found[key] = _Mig(mh, key[0], key[1], profile, _text(uuid) if uuid is not None else None)
+        gpu.mig = [found[k] for k in sorted(found)]
+
+    def _mig_instances(self, gpu: _Gpu) -> tuple[MigInstance, ...]:
+        """Each MIG device's memory (one call each); utilization only where the driver reports it per
+        instance (none does today: NotSupported on the first, never asked again)."""
+        out = []
+        for m in gpu.mig:
+            total, used, _ = self._memory(gpu, m.handle, "mig_mem")
+            if used is None and not {"mig_mem_v2", "mig_mem_v1"} <= gpu.skip:
+                gpu.mig_stale = True  # a destroyed instance's handle fails: walk them again
+            util = self._get(gpu, "mig_util", pynvml.nvmlDeviceGetUtilizationRates, m.handle)
+            out.append(
+                MigInstance(
+                    gpu_instance=m.gpu_instance,
+                    compute_instance=m.compute_instance,
+                    profile=m.profile,
+                    uuid=m.uuid,
+                    mem_total=total,
+                    mem_used=used,
+                    util=util.gpu if util is not None and 0 <= util.gpu <= 100 else None,
+                )
+            )
+        return tuple(out)
 
     def _read_features(self, gpu: _Gpu) -> None:
         """ECC mode (changes only with a reset) and whether NVLink exists (asked until NVML says)."""
@@ -440,7 +572,7 @@ class NvmlSource:
         enc = get(gpu, "enc", pynvml.nvmlDeviceGetEncoderUtilization, h)
         dec = get(gpu, "dec", pynvml.nvmlDeviceGetDecoderUtilization, h)
         out: dict[str, Any] = {
-            "temperature": get(gpu, "temp", pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
+            "temperature": self._temperature(gpu),
             "sm_clock": get(gpu, "sm", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
             "mem_clock": get(gpu, "memclk", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
             "pstate": _pstate(get(gpu, "pstate", pynvml.nvmlDeviceGetPerformanceState, h)),
@@ -457,6 +589,20 @@ class NvmlSource:
             out["pcie_tx"] = tx * 1024.0 if tx is not None else None  # NVML reports KB/s
             out["pcie_rx"] = rx * 1024.0 if rx is not None else None
         return out
+
+    def _temperature(self, gpu: _Gpu) -> int | None:
+        """nvmlDeviceGetTemperature is deprecated: a driver (or binding) without it has only the V call."""
+        old = getattr(pynvml, "nvmlDeviceGetTemperature", None)
+        if old is None:
+            gpu.skip.add("temp")
+            gpu.missing.add("temp")
+        sensor = pynvml.NVML_TEMPERATURE_GPU
+        t = self._get(gpu, "temp", old, gpu.handle, sensor) if old is not None else None
+        new = getattr(pynvml, "nvmlDeviceGetTemperatureV", None)
+        # Only a missing function: a sensor the old call says is NotSupported is not there for V either.
+        if t is None and "temp" in gpu.missing and new is not None:
+            t = self._get(gpu, "temp_v", new, gpu.handle, sensor)
+        return int(t) if t is not None else None
 
     def _read_settings(self, gpu: _Gpu, need_limit: bool) -> dict[str, Any]:
         h, get = gpu.handle, self._get
@@ -476,7 +622,9 @@ class NvmlSource:
     # -- processes ---------------------------------------------------------------------------------
 
     def _processes(self, gpu: _Gpu, slow: bool) -> list[GpuProcess]:
-        merged: dict[int, list[Any]] = {}  # pid -> [kinds, memory]
+        merged: dict[int, list[Any]] = {}  # pid -> [kinds, memory, GPU instance, compute instance]
+        # Instance ids mean something only on a MIG GPU (some drivers write 0, not 0xFFFFFFFF, without)
+        on_mig = bool(gpu.settings.get("mig_mode"))
         kinds = ["C", "G"] + (["M"] if slow or gpu.mps_seen else [])
         gpu.procs_failed = False
         for kind in kinds:
@@ -485,9 +633,11 @@ class NvmlSource:
                 gpu.procs_failed = True
             if kind == "M":
                 gpu.mps_seen = bool(listed)
-            for pid, memory in listed or ():
-                entry = merged.setdefault(pid, ["", None])
+            for pid, memory, gi, ci in listed or ():
+                entry = merged.setdefault(pid, ["", None, None, None])
                 entry[0] += kind
+                if on_mig and entry[2] is None and gi is not None:
+                    entry[2], entry[3] = gi, ci
                 # The same context shows in several lists: its memory counts once.
                 if memory is not None:
                     entry[1] = memory if entry[1] is None else max(entry[1], memory)
@@ -500,11 +650,13 @@ class NvmlSource:
                 used_memory=m,
                 sm_util=utils.get(pid, (None, None))[0],
                 mem_util=utils.get(pid, (None, None))[1],
+                gpu_instance=gi,
+                compute_instance=ci,
             )
-            for pid, (k, m) in merged.items()
+            for pid, (k, m, gi, ci) in merged.items()
         ]
 
-    def _running(self, gpu: _Gpu, kind: str) -> list[tuple[int, int | None]]:
+    def _running(self, gpu: _Gpu, kind: str) -> list[_Listed]:
         """One process list, trying v3, then v2, then v1 of the call; remembers what worked."""
         start = gpu.proc_version.get(kind, 0)
         for i in range(start, len(_PROC_VERSIONS)):

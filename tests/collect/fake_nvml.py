@@ -26,6 +26,13 @@ counts ``(name, first argument)`` pairs, e.g. ``("nvmlDeviceGetClockInfo", NVML_
 A value of ``None`` in a FakeGpu attribute behind a query means the GPU does not support it: the call
 raises NVMLError_NotSupported (a GPU without a fan, ...).
 
+MIG: ``FakeGpu.mig_devices`` lists the MIG devices (compute instances) of a GPU whose ``mig`` mode is on,
+each at its ``slot`` for nvmlDeviceGetMigDeviceHandleByIndex (an empty slot answers NotFound, as the
+driver does for the index of a destroyed instance). A MIG handle (``FakeMigHandle``) is accepted by the
+calls the driver accepts it for (name, UUID, memory, utilization, attributes, GPU/compute instance id);
+any other call given one records a violation. Calls on a MIG handle count under its GPU's index; a
+handle whose device was removed from ``mig_devices`` answers INVALID_ARGUMENT.
+
 NVLink: ``nvlink_tx_kib``/``nvlink_rx_kib`` hold one cumulative KiB counter per link (None: no NVLink).
 The field values answer scopeId = link for one link and scopeId = UINT_MAX for the sum of all, as nvml.h
 describes; any other scope gets NVML_ERROR_INVALID_ARGUMENT in that field's nvmlReturn.
@@ -104,6 +111,31 @@ class FakeProcess:
 
 
 @dataclass
+class FakeMigDevice:
+    """One MIG device: a compute instance within a GPU instance, as the driver names and measures it."""
+
+    slot: int  # its index for nvmlDeviceGetMigDeviceHandleByIndex
+    gpu_instance: int
+    compute_instance: int
+    profile: str = "3g.40gb"  # the name's last word: "<GPU name> MIG 3g.40gb"
+    uuid: str | None = None
+    mem_total: int = 40 * 2**30
+    mem_used: int = 0
+    mem_reserved: int = 0
+    util: int | None = None  # per-instance utilization: no driver reports it (NotSupported)
+    gi_slices: int = 3
+    ci_slices: int = 3
+    memory_mb: int = 40192
+    name: str | None = None  # None: "<GPU name> MIG <profile>"
+
+    def __post_init__(self) -> None:
+        if self.uuid is None:
+            self.uuid = (
+                f"MIG-{self.gpu_instance:08x}-aaaa-bbbb-cccc-{self.slot:04x}{self.compute_instance:08x}"
+            )
+
+
+@dataclass
 class UtilSample:
     pid: int
     timestamp: int  # microseconds, like NVML's
@@ -170,6 +202,8 @@ class FakeGpu:
     compute_mode: int | None = 0
     persistence: int | None = 1
     mig: tuple[int, int] | None = (0, 0)
+    max_mig_devices: int | None = 7  # nvmlDeviceGetMaxMigDeviceCount; None: MIG not supported
+    mig_devices: list[FakeMigDevice] = field(default_factory=list)
     capability: tuple[int, int] | None = (9, 0)  # CUDA compute capability (H100)
     ecc_mode: tuple[int, int] | None = None  # (current, pending); None: ECC not supported
     ecc_uncorrected: int = 0  # volatile double-bit errors, answered while ECC is on
@@ -217,6 +251,16 @@ class FakeHandle:
 
     def __repr__(self) -> str:
         return f"FakeHandle({self.index})"
+
+
+class FakeMigHandle:
+    """A MIG device's handle: distinct from its GPU's, as in NVML."""
+
+    def __init__(self, index: int, slot: int) -> None:
+        self.index, self.slot = index, slot
+
+    def __repr__(self) -> str:
+        return f"FakeMigHandle({self.index}, {self.slot})"
 
 
 class _FakeTime:
@@ -276,6 +320,13 @@ class FakeNvml:
         "nvmlDeviceGetCudaComputeCapability",
         "nvmlDeviceGetEccMode",
         "nvmlDeviceGetNvLinkState",
+        "nvmlDeviceGetTemperatureV",
+        "nvmlDeviceGetTotalEnergyConsumption",
+        "nvmlDeviceGetMaxMigDeviceCount",
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
+        "nvmlDeviceGetAttributes",
         "_nvmlGetFunctionPointer",
     )
 
@@ -305,7 +356,8 @@ class FakeNvml:
 
     def install(self, monkeypatch: Any) -> FakeNvml:
         for name in self.BINDINGS:
-            monkeypatch.setattr(pynvml, name, getattr(self, name))
+            # raising=False: an older binding may lack a newer function (nvmlDeviceGetTemperatureV)
+            monkeypatch.setattr(pynvml, name, getattr(self, name), raising=False)
         monkeypatch.setattr(nvml_module, "time", _FakeTime(self))
         return self
 
@@ -380,6 +432,27 @@ class FakeNvml:
             self._violation(f"not a device handle: {handle!r}")
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return self.gpus[handle.index]
+
+    def _mig_enter(self, name: str, handle: FakeMigHandle, symbol: str | None = None) -> FakeMigDevice:
+        """Book-keeping of a call on a MIG handle: counted under its GPU; a destroyed device is invalid."""
+        if not 0 <= handle.index < len(self.gpus):
+            self._violation(f"not a MIG device handle: {handle!r}")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self.gpus[handle.index]
+        self.calls[gpu.index][name] += 1
+        self.arg_calls[gpu.index][(name, "mig")] += 1
+        self._check_init()
+        if (symbol or name) in self.missing_symbols:
+            self.failed_lookups[symbol or name] += 1
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        self.lib_calls[gpu.index][name] += 1
+        error = self._injected(gpu.index, (name,), "mig")
+        if error is not None:
+            raise _nvml_error(error)
+        for dev in gpu.mig_devices:
+            if dev.slot == handle.slot:
+                return dev
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
     def _injected(self, gpu: int | None, names: tuple[str, ...], arg: Any) -> Any:
         for rule in self._rules:
@@ -473,10 +546,16 @@ class FakeNvml:
     # -- static ---------------------------------------------------------------------------------------
 
     def nvmlDeviceGetName(self, handle: Any) -> Any:
+        if isinstance(handle, FakeMigHandle):
+            dev = self._mig_enter("nvmlDeviceGetName", handle)
+            parent = self.gpus[handle.index].name or "NVIDIA GPU"
+            return self._str(dev.name if dev.name is not None else f"{parent} MIG {dev.profile}")
         gpu = self._enter("nvmlDeviceGetName", handle)
         return self._str(self._supported(gpu.name))
 
     def nvmlDeviceGetUUID(self, handle: Any) -> Any:
+        if isinstance(handle, FakeMigHandle):
+            return self._str(self._supported(self._mig_enter("nvmlDeviceGetUUID", handle).uuid))
         gpu = self._enter("nvmlDeviceGetUUID", handle)
         return self._str(self._supported(gpu.uuid))
 
@@ -505,12 +584,19 @@ class FakeNvml:
     # -- every tick -------------------------------------------------------------------------------------
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        if isinstance(handle, FakeMigHandle):
+            dev = self._mig_enter("nvmlDeviceGetUtilizationRates", handle)
+            return pynvml.c_nvmlUtilization_t(gpu=self._supported(dev.util), memory=0)
         gpu = self._enter("nvmlDeviceGetUtilizationRates", handle)
         return pynvml.c_nvmlUtilization_t(gpu=gpu.util_gpu, memory=gpu.util_mem)
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = None) -> Any:
         symbol = "nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo"
-        gpu = self._enter("nvmlDeviceGetMemoryInfo", handle, version, symbol=symbol)
+        gpu: Any
+        if isinstance(handle, FakeMigHandle):  # a MIG device answers for its own slice of memory
+            gpu = self._mig_enter("nvmlDeviceGetMemoryInfo", handle, symbol=symbol)
+        else:
+            gpu = self._enter("nvmlDeviceGetMemoryInfo", handle, version, symbol=symbol)
         if not version:
             used = gpu.mem_used + gpu.mem_reserved  # v1 counts the reserved memory as used
             return pynvml.c_nvmlMemory_t(total=gpu.mem_total, free=gpu.mem_total - used, used=used)
@@ -593,6 +679,27 @@ class FakeNvml:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return self._supported(gpu.temperature)
 
+    def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int, version: int = -1) -> int:
+        """Like the binding: fills a c_nvmlTemperature_v1_t, checks its version, returns .temperature."""
+        gpu = self._enter("nvmlDeviceGetTemperatureV", handle, sensor)
+        v = pynvml.nvmlTemperature_v1 if version == -1 else version
+        if v != pynvml.nvmlTemperature_v1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        temp = pynvml.c_nvmlTemperature_v1_t()
+        temp.version, temp.sensorType = v, sensor
+        temp.temperature = self._supported(gpu.temperature)
+        return int(temp.temperature)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetTotalEnergyConsumption", handle)
+        # The same counter as the field: no power sensor, or the field unsupported, means no energy.
+        field_ret = gpu.field_returns.get(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.NVML_SUCCESS)
+        if gpu.power_mw is None or field_ret == pynvml.NVML_ERROR_NOT_SUPPORTED:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return ctypes.c_uint64(gpu.energy_mj).value
+
     def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
         gpu = self._enter("nvmlDeviceGetClockInfo", handle, type)
         if type == pynvml.NVML_CLOCK_SM:
@@ -646,6 +753,43 @@ class FakeNvml:
     def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
         gpu = self._enter("nvmlDeviceGetMigMode", handle)
         return list(self._supported(gpu.mig))
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetMaxMigDeviceCount", handle)
+        return self._supported(gpu.max_mig_devices)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> FakeMigHandle:
+        gpu = self._enter("nvmlDeviceGetMigDeviceHandleByIndex", handle, index)
+        limit = self._supported(gpu.max_mig_devices)
+        if not 0 <= index < limit:
+            self._violation(f"MIG device index {index} beyond the maximum {limit}")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if gpu.mig is None or not gpu.mig[0]:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        if not any(d.slot == index for d in gpu.mig_devices):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return FakeMigHandle(gpu.index, index)
+
+    def _mig_handle(self, name: str, handle: Any) -> FakeMigDevice:
+        if not isinstance(handle, FakeMigHandle):  # the driver's NOT_SUPPORTED for a GPU's own handle
+            self._gpu_of(handle)
+            self._violation(f"{name} on a GPU handle, not a MIG device's")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._mig_enter(name, handle)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
+        return self._mig_handle("nvmlDeviceGetGpuInstanceId", handle).gpu_instance
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
+        return self._mig_handle("nvmlDeviceGetComputeInstanceId", handle).compute_instance
+
+    def nvmlDeviceGetAttributes(self, handle: Any) -> Any:
+        dev = self._mig_handle("nvmlDeviceGetAttributes", handle)
+        attrs = pynvml.c_nvmlDeviceAttributes()
+        attrs.gpuInstanceSliceCount, attrs.computeInstanceSliceCount = dev.gi_slices, dev.ci_slices
+        attrs.memorySizeMB = dev.memory_mb
+        attrs.multiprocessorCount = 16 * dev.ci_slices
+        return attrs
 
     def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
         gpu = self._enter("nvmlDeviceGetEccMode", handle)

@@ -456,11 +456,12 @@ def test_pcie_fallback_converts_kb_per_second(fake: FakeNvml, source: NvmlSource
 @ALL_ERRORS
 def test_field_values_call_failing(fake: FakeNvml, source: NvmlSource, error: int) -> None:
     """Without the batched read: power from nvmlDeviceGetPowerUsage, the limit from the enforced limit,
-    PCIe from the throughput counters; no energy."""
+    PCIe from the throughput counters, energy from nvmlDeviceGetTotalEnergyConsumption."""
     fake.fail(0, "nvmlDeviceGetFieldValues", error)
     readings = [tick(source, fake, slow) for slow in (True, False, False)]
     s = readings[-1].gpus[0]
-    assert s == expected_sample(fake, 0, energy=None, pcie_tx=1_953_125 * 1024.0, pcie_rx=488_281 * 1024.0)
+    assert s == expected_sample(fake, 0, pcie_tx=1_953_125 * 1024.0, pcie_rx=488_281 * 1024.0)
+    assert calls(fake, 0, "nvmlDeviceGetTotalEnergyConsumption") == 3
     assert readings[-1].gpus[1] == expected_sample(fake, 1)
     assert calls(fake, 0, "nvmlDeviceGetFieldValues") == (1 if error in SKIP_FOREVER else 3)
     assert calls(fake, 0, "nvmlDeviceGetPowerUsage") == 3
@@ -541,6 +542,8 @@ def test_one_field_failing(
     fake = FakeNvml()
     make_gpu1_different(fake)
     fake.fail(0, name, error, arg=arg)
+    if name == "nvmlDeviceGetTemperature":  # its stand-in where it is missing must fail too for a None
+        fake.fail(0, "nvmlDeviceGetTemperatureV", error, arg=arg)
     readings = run(fake, monkeypatch, SLOWS)
 
     for got, want in zip(readings, baseline, strict=True):
