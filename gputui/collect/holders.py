@@ -1,4 +1,6 @@
-"""Who holds the NVIDIA device files open: /dev/nvidia[0-9]*, /dev/nvidiactl, /dev/nvidia-uvm.
+"""Who holds the NVIDIA device files open: /dev/nvidia[0-9]*, /dev/nvidiactl, /dev/nvidia-uvm, and the
+MIG capabilities /dev/nvidia-caps/nvidia-cap[0-9]* (a process in a MIG instance holds the cap of its GPU
+instance and of its compute instance; /proc/driver/nvidia-caps/mig-minors says which cap is which).
 
 This finds what nvidia-smi does not show: data-loader workers that outlived their trainer, processes in
 other containers, processes stuck in the driver. A naive scan of every /proc/*/fd costs ~50 ms at 1,000
@@ -14,6 +16,7 @@ processes (one readlink per descriptor), so the scan is incremental:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -24,13 +27,56 @@ from pathlib import Path
 from gputui.collect import procfs
 
 _DEVICE = re.compile(r"^nvidia(\d+|ctl|-uvm)$")
+CAPS_DIR = "nvidia-caps"  # under the devices dir
+_CAP = re.compile(r"^nvidia-cap(\d{1,7})$")
+MIG_MINORS = "driver/nvidia-caps/mig-minors"  # under /proc
+# Lines of mig-minors: "config 1", "monitor 2", "gpu0/gi1/access 12", "gpu0/gi1/ci0/access 13".
+_MIG_LINE = re.compile(
+    rb"^(?:(config|monitor)|gpu(\d{1,4})/gi(\d{1,4})(?:/ci(\d{1,4}))?/access)\s+(\d{1,7})$"
+)
+_MIG_MINORS_MAX = 1 << 20  # ~25 KB for 8 GPUs; more is not the driver's file
+
+
+@dataclass(frozen=True, slots=True)
+class MigCap:
+    """What one /dev/nvidia-caps/nvidia-capN grants. kind: "gi" (access to a GPU instance), "ci" (to a
+    compute instance), "config" or "monitor" (MIG-wide), "unknown" (mig-minors unreadable or silent)."""
+
+    minor: int
+    kind: str = "unknown"
+    gpu_minor: int | None = None  # N of the /dev/nvidiaN whose instance it is
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "ci":
+            return f"MIG {self.gpu_instance}/{self.compute_instance}"
+        if self.kind == "gi":
+            return f"MIG {self.gpu_instance}"
+        if self.kind in ("config", "monitor"):
+            return f"MIG {self.kind}"
+        return "a MIG capability"
 
 
 @dataclass(frozen=True, slots=True)
 class Holder:
     pid: int
     devices: tuple[str, ...]  # the device file paths it holds, sorted
-    minors: tuple[int, ...]  # N of each /dev/nvidiaN it holds: which GPUs
+    minors: tuple[int, ...]  # N of each /dev/nvidiaN it holds, or whose MIG instance it holds: which GPUs
+    mig: tuple[MigCap, ...] = ()  # the MIG capabilities it holds, by minor
+
+    @property
+    def instances(self) -> tuple[tuple[int, int, int], ...]:
+        """(GPU minor, GPU instance, compute instance) of each compute instance it holds."""
+        return tuple(
+            (c.gpu_minor, c.gpu_instance, c.compute_instance)
+            for c in self.mig
+            if c.kind == "ci"
+            and c.gpu_minor is not None
+            and c.gpu_instance is not None
+            and c.compute_instance is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +94,48 @@ def device_paths(devices_dir: Path) -> frozenset[str]:
         names = os.listdir(real)
     except OSError:
         return frozenset()
-    return frozenset(os.path.join(real, n) for n in names if _DEVICE.match(n))
+    found = {os.path.join(real, n) for n in names if _DEVICE.match(n)}
+    caps = os.path.join(real, CAPS_DIR)
+    with contextlib.suppress(OSError):  # no MIG capabilities on this machine
+        found.update(os.path.join(caps, n) for n in os.listdir(caps) if _CAP.match(n))
+    return frozenset(found)
+
+
+def cap_minor(path: str) -> int | None:
+    """N of /dev/nvidia-caps/nvidia-capN; None for any other device file."""
+    head, _, name = path.rpartition("/")
+    found = _CAP.match(name)
+    return int(found.group(1)) if found and head.endswith("/" + CAPS_DIR) else None
+
+
+def read_mig_minors(path: str) -> dict[int, MigCap]:
+    """The driver's cap minor -> what it grants. Unreadable, absent (no MIG) or odd lines: left out."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        data, chunk = b"", b"x"
+        while chunk and len(data) < _MIG_MINORS_MAX:
+            chunk = os.read(fd, 65536)
+            data += chunk
+    except OSError:
+        return {}
+    finally:
+        os.close(fd)
+    out: dict[int, MigCap] = {}
+    for line in data[:_MIG_MINORS_MAX].splitlines():
+        m = _MIG_LINE.match(line.strip())
+        if m is None:
+            continue
+        wide, gpu, gi, ci, minor = m.groups()
+        n = int(minor)
+        if wide:
+            out[n] = MigCap(n, wide.decode())
+        else:
+            kind = "gi" if ci is None else "ci"
+            out[n] = MigCap(n, kind, int(gpu), int(gi), int(ci) if ci is not None else None)
+    return out
 
 
 def minor_of(path: str) -> int | None:
@@ -64,13 +151,17 @@ class HolderScanner:
         deep_every: int = 12,
         proc: str = "/proc",
         monotonic: Callable[[], float] = time.monotonic,
+        mig_minors: str | None = None,
     ) -> None:
+        """`mig_minors`: the driver's map of MIG capabilities (default: under `proc`)."""
         self.devices_dir = devices_dir
         self.rescan_s = rescan_s
         self.deep_every = deep_every
         self.proc = proc
         self.monotonic = monotonic
+        self.mig_minors = mig_minors if mig_minors is not None else f"{proc}/{MIG_MINORS}"
         self._paths: frozenset[str] = frozenset()
+        self._caps: dict[int, MigCap] = {}  # from mig-minors, read on rescans while cap files exist
         self._fd_lists: dict[int, int] = {}  # pid -> hash of its descriptor numbers when last looked at
         self._holders: dict[int, tuple[Holder, tuple[str, ...]]] = {}  # pid -> (holder, its device fds)
         self._unreadable: set[int] = set()
@@ -89,6 +180,9 @@ class HolderScanner:
             if paths != self._paths:
                 self._fd_lists.clear()  # an unchanged descriptor list may now hold a new device
                 self._paths = paths
+            # Instances are made and destroyed by an admin's hand: the map is re-read each rescan.
+            has_caps = any(cap_minor(p) is not None for p in paths)
+            self._caps = read_mig_minors(self.mig_minors) if has_caps else {}
         try:
             pids = {int(name) for name in os.listdir(self.proc) if name.isdigit()}
         except OSError:
@@ -169,5 +263,8 @@ class HolderScanner:
                 held[fd] = target
         if held:
             devices = tuple(sorted(set(held.values())))
-            minors = tuple(sorted({m for d in devices if (m := minor_of(d)) is not None}))
-            self._holders[pid] = (Holder(pid, devices, minors), tuple(held))
+            cap_minors = sorted({c for d in devices if (c := cap_minor(d)) is not None})
+            caps = tuple(self._caps.get(n, MigCap(n)) for n in cap_minors)
+            gpus = {m for d in devices if (m := minor_of(d)) is not None}
+            gpus |= {c.gpu_minor for c in caps if c.gpu_minor is not None}
+            self._holders[pid] = (Holder(pid, devices, tuple(sorted(gpus)), caps), tuple(held))
