@@ -120,21 +120,33 @@ def _check(pid: int, proc: Path) -> Plan | Refusal:
     version = python if isinstance(python, tuple) else None
     if version is not None and version < MIN_PYTHON:
         return no(f"pid {pid} runs Python {version[0]}.{version[1]}: the agent needs Python 3.10 or later")
-    if (sock := protocol.socket_path(pid, protocol.runtime_dir(uid))).exists():
-        return Plan(pid, uid, user, exe, version, "agent", str(sock), already=True)
+    how = _mechanism(pid, me, uid, user, exe, version)
+    # Its socket is there: most likely its agent runs (attach() asks it). A socket left by an earlier process
+    # with this pid answers nothing: then attaching goes ahead, and the new agent replaces it.
+    already = protocol.socket_path(pid, protocol.runtime_dir(uid)).exists()
+    if isinstance(how, str):
+        return Plan(pid, uid, user, exe, version, "agent", "", already=True) if already else no(how)
+    mechanism, tool = how
+    return Plan(pid, uid, user, exe, version, mechanism, tool, already=already)
+
+
+def _mechanism(
+    pid: int, me: int, uid: int, user: str, exe: str, version: tuple[int, int] | None
+) -> tuple[str, str] | str:
+    """(mechanism, the program that does it), or why none may."""
     if (why := _ptrace_forbidden(pid, me)) is not None:
-        return no(why)
+        return why
     if version is not None and version >= REMOTE_EXEC_PYTHON:
         if me == 0 and uid != 0 and not _root_only(Path(exe)):
-            return no(
+            return (
                 f"pid {pid}'s Python ({printable(exe)[:80]}) is writable by others: gputui will not run it "
                 f"as root; run `gputui attach {pid}` as {user}"
             )
-        return Plan(pid, uid, user, exe, version, "remote_exec", exe)
+        return "remote_exec", exe
     for debugger in ("gdb", "lldb"):
         if tool := shutil.which(debugger):
-            return Plan(pid, uid, user, exe, version, debugger, tool)
-    return no(f"attaching to pid {pid} (its Python is older than 3.14) needs a debugger: {GDB_INSTALL}")
+            return debugger, tool
+    return f"attaching to pid {pid} (its Python is older than 3.14) needs a debugger: {GDB_INSTALL}"
 
 
 # -- reading /proc -----------------------------------------------------------------------------------

@@ -64,7 +64,9 @@ def attach(pid: int, timeout: float = TIMEOUT_S, create_time: float | None = Non
     if plan.already:
         if _answers(pid, 1.0):
             return Outcome(pid, True, plan.describe(), already=True)
-        return Outcome(pid, False, f"pid {pid} has an agent socket that does not answer: try again soon")
+        if plan.mechanism == "agent":  # and this process may not attach: nothing more to try
+            return Outcome(pid, False, f"pid {pid} has an agent socket that does not answer")
+        # A socket an earlier process with this pid left: attach, and the new agent takes its place.
     deadline = time.monotonic() + timeout
     try:
         with payload(plan.uid) as boot:

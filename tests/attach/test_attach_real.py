@@ -151,6 +151,26 @@ def test_a_second_attach_is_a_no_op(trainer: Trainer) -> None:
     assert os.stat(f"/tmp/gputui-{os.getuid()}/{trainer.pid}.sock").st_ino == first  # no second agent
 
 
+@needs_gdb
+def test_a_socket_an_earlier_process_left_does_not_stop_the_attach(trainer: Trainer) -> None:
+    """A dead agent's socket with this pid in its name answers nothing: the attach goes ahead and the new
+    agent takes its place."""
+    import socket as sockets
+
+    from gputui.agent import protocol
+
+    path = protocol.socket_path(trainer.pid, protocol.private_dir())
+    stale = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()  # the file stays, nobody listens
+    plan = check(trainer.pid)
+    assert isinstance(plan, Plan) and plan.already and plan.mechanism in ("gdb", "lldb")
+    outcome = attach(trainer.pid)
+    assert outcome.ok and not outcome.already, outcome.message
+    report = AgentPoller().report(trainer.pid)
+    assert report is not None and report.ok
+
+
 def test_a_pid_that_is_another_process_now_is_refused(trainer: Trainer) -> None:
     """The row the user confirmed was another process with this pid: nothing is attached."""
     started = psutil.Process(trainer.pid).create_time()
