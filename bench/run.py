@@ -15,6 +15,10 @@ budgets: each budget of the TUI and Zombies issues with its value and pass/fail 
 attach:  `gputui attach` through gdb on a real CPU-torch training loop: gdb's run and the loop's longest
          gap between two 5 ms steps around it (how long the job was paused).
 exporter: `gputui export` on the demo: a sample, a scrape (and its bytes), a real exporter's CPU and RSS.
+owners:  the owner (container, pod, SLURM job) of 1,000 real `sleep` processes, a quarter each in cgroups
+         shaped like pods, docker scopes and SLURM job steps and a quarter in none (real cgroup v2
+         directories as root where cgroup2 is writable, else a simulated /proc): the first sight of all,
+         the steady (cached) lookups of a tick, and the sampler's whole owner step over 1,000 rows.
 fleet:   `gputui fleet` over 100 hosts x 8 GPUs from a fake Prometheus on loopback: queries and ms per
          refresh, and the TUI in a 200x60 pseudo-terminal at a 5 s refresh.
 """
@@ -22,6 +26,7 @@ fleet:   `gputui fleet` over 100 hosts x 8 GPUs from a fake Prometheus on loopba
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import itertools
 import json
@@ -534,6 +539,136 @@ def bench_nvml_calls(gpus: int = 8, ticks: int = 60) -> dict[str, object]:
     }
 
 
+def _bench_cgroup2() -> Path | None:
+    """A writable cgroup v2 directory of the bench's own (root, a cgroup2 mount of the hierarchy's root)."""
+    if os.geteuid() != 0:
+        return None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split(" ")
+        if " - cgroup2 " in line and fields[3] == "/":
+            base = Path(fields[4]) / f"gputui-bench-{os.getpid()}"
+            try:
+                base.mkdir()
+            except OSError:
+                return None
+            return base
+    return None
+
+
+def bench_owners(processes: int = 1000, ticks: int = 50) -> dict[str, object]:
+    """Owners.lookup over `processes` processes: every one's first sight (a fresh cache) and a steady
+    tick (cached); and Sampler._with_owners, the whole owner step of a tick, over as many rows."""
+    import uuid
+
+    from gputui.collect.owners import Owners
+    from gputui.model import ProcessRow
+
+    cid = "0123456789abcdef" * 4
+    pods = [str(uuid.uuid4()) for _ in range(processes // 40 + 1)]  # 10 processes a pod
+
+    def shape(i: int) -> str | None:
+        kind = i % 4
+        if kind == 0:
+            uid = pods[i // 40].replace("-", "_")
+            return (
+                f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice/"
+                f"cri-containerd-{cid}.scope"
+            )
+        if kind == 1:
+            return f"system.slice/docker-{cid[:-4]}{i % 10000:04d}.scope"
+        if kind == 2:
+            return f"system.slice/slurmstepd.scope/job_{1000 + i // 20}/step_0/user/task_{i % 20}"
+        return None
+
+    tmp = Path(tempfile.mkdtemp(prefix="gputui-bench-owners-"))
+    pods_dir = tmp / "pods"
+    pods_dir.mkdir()
+    for n, uid in enumerate(pods):
+        (pods_dir / f"team_trainer-{n}_{uid}").mkdir()
+    cg = _bench_cgroup2()
+    world = [
+        subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        for _ in range(processes)
+    ]
+    made: list[Path] = []
+    try:
+        proc = Path("/proc")
+        if cg is not None:
+            for i, p in enumerate(world):
+                rel = shape(i)
+                if rel is not None:
+                    d = cg / rel
+                    if not d.exists():
+                        d.mkdir(parents=True)
+                        made.append(d)
+                    (d / "cgroup.procs").write_text(str(p.pid))
+        else:  # a simulated /proc: the same shapes in files of a temporary directory
+            proc = tmp / "proc"
+            for i, p in enumerate(world):
+                rel = shape(i)
+                (proc / str(p.pid)).mkdir(parents=True)
+                (proc / str(p.pid) / "cgroup").write_text(f"0::/{rel or 'user.slice/session-1.scope'}\n")
+        started = {p.pid: psutil.Process(p.pid).create_time() for p in world}
+
+        def first_sight() -> Owners:
+            owners = Owners(proc=proc, pods_dir=pods_dir)
+            for pid, ct in started.items():
+                owners.lookup(pid, ct)
+            return owners
+
+        first_ms = _timed(first_sight, 5)
+        owners = first_sight()
+        found = sum(owners.lookup(pid, ct) is not None for pid, ct in started.items())
+
+        def steady() -> None:
+            for pid, ct in started.items():
+                owners.lookup(pid, ct)
+            owners.forget_except(started)
+
+        steady_ms = _timed(steady, ticks)
+        sampler = Sampler.__new__(Sampler)
+        sampler.owners = owners
+        rows = tuple(
+            ProcessRow(
+                gpu=0,
+                pid=pid,
+                kinds="C",
+                used_memory=1 << 30,
+                sm_util=50,
+                mem_util=20,
+                visible=True,
+                create_time=ct,
+            )
+            for pid, ct in started.items()
+        )
+        rows_ms = _timed(lambda: sampler._with_owners(rows), ticks)
+        return {
+            "processes": processes,
+            "world": "real cgroup v2 directories" if cg is not None else "simulated /proc",
+            "with_an_owner": found,
+            "first_sight_ms": first_ms,
+            "first_sight_us_per_process": round(first_ms * 1000 / processes, 1),
+            "steady_tick_ms_median": steady_ms,
+            "sampler_owner_step_ms_median": rows_ms,  # plus a copy of each row that has an owner
+        }
+    finally:
+        for p in world:
+            p.kill()
+        for p in world:
+            p.wait()
+        for d in sorted(made, key=lambda d: -len(d.parts)):
+            while d != cg and d.exists():
+                try:
+                    d.rmdir()
+                except OSError:
+                    break  # a sibling still there: removed with it
+                d = d.parent
+        if cg is not None:
+            with contextlib.suppress(OSError):
+                cg.rmdir()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 # (name, where the value is in the results, its upper limit): the budgets of the TUI and Zombies issues
 # (bytes/s: 1,200 since the 8-to-16-GPU box issue.)
 BUDGETS = (
@@ -582,6 +717,7 @@ def main() -> int:
         "attach": bench_attach(),
         "exporter": bench_exporter(),
         "fleet": bench_fleet(measure=args.measure),
+        "owners": bench_owners(),
     }
     results["budgets"] = budgets(results)
     json.dump(results, sys.stdout, indent=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -13,9 +14,10 @@ from gputui.collect.agents import AgentPoller
 from gputui.collect.history import History
 from gputui.collect.holders import HolderScanner
 from gputui.collect.host import HostSampler
+from gputui.collect.owners import Owners
 from gputui.collect.procs import ProcessJoiner
 from gputui.collect.source import GpuSource, SourceInfo, SourceUnavailable
-from gputui.model import Snapshot, unaccounted_memory
+from gputui.model import Owner, ProcessRow, Snapshot, unaccounted_memory
 
 
 class Sampler:
@@ -32,6 +34,7 @@ class Sampler:
         scan_holders: bool = True,
         agents: AgentPoller | None = None,
         host: HostSampler | None = None,
+        owners: Owners | None = None,
     ) -> None:
         self.source = source
         self.slow_interval = slow_interval
@@ -48,6 +51,7 @@ class Sampler:
         self._scanner: HolderScanner | None = None
         self.agents = agents if agents is not None else AgentPoller()
         self.host = host if host is not None else HostSampler(clock)
+        self.owners = owners if owners is not None else Owners(monotonic=monotonic)
         self._last_slow: float | None = None
         self._lock = threading.Lock()  # open() may be started early on another thread
         self._closed = False
@@ -106,6 +110,7 @@ class Sampler:
             scan = self._scanner.scan()
         minors = {g.minor: g.index for g in reading.gpus if g.minor is not None}
         rows, hosts = self._joiner.join(reading.processes, scan, minors, relatives=self.want_relatives)
+        rows = self._with_owners(rows)
         snap = Snapshot(
             time=self.clock(),
             hostname=self.hostname,
@@ -129,3 +134,61 @@ class Sampler:
             self.history.add(snap)
         self.ticks += 1
         return snap
+
+    def _with_owners(self, rows: tuple[ProcessRow, ...]) -> tuple[ProcessRow, ...]:
+        """Each row with its container, pod or SLURM job; an orphan's reason says whose, and whether
+        that pod or job has ended. Only rows that have an owner are copied: most have none."""
+        owners = self.owners
+        out = list(rows)
+        for i, row in enumerate(rows):
+            if not row.visible:  # another PID namespace's pid, or gone: this /proc/PID is not it
+                continue
+            try:
+                owner = owners.lookup(row.pid, row.create_time)
+            except (OSError, ValueError):  # a name or an owner is never worth a tick
+                owner = None
+            if owner is not None:
+                out[i] = dataclasses.replace(row, owner=owner)
+        for i, row in enumerate(out):
+            if (
+                row.category == "orphan"
+                and row.owner is not None
+                and row.owner.kind in ("slurm", "kubernetes")
+            ):
+                out[i] = dataclasses.replace(row, reason=self._orphan_reason(row, out))
+        owners.forget_except(r.pid for r in rows)
+        return tuple(out)
+
+    def _orphan_reason(self, row: ProcessRow, rows: list[ProcessRow]) -> str:
+        """`orphan of SLURM job 81234, which has ended; ...`: ended when no process but this job's
+        orphans is left in the job's (or pod's) cgroup, which takes root to read; unsaid when unknown."""
+        owner = row.owner
+        assert owner is not None
+        found = self.owners.found(row.pid, row.create_time)
+        orphans = {
+            r.pid
+            for r in rows
+            if r.category == "orphan"
+            and r.owner is not None
+            and (r.owner.kind, r.owner.id) == (owner.kind, owner.id)
+        }
+        others = self.owners.others_in_group(found, orphans) if found is not None else None
+        if others == 0:
+            state = ", which has ended"
+        elif others is not None:
+            state = f", which still runs ({others} other process{'es' if others != 1 else ''})"
+        else:
+            state = ""
+        return (
+            f"orphan of {_whose(owner)}{state}; {row.reason}"
+            if row.reason
+            else f"orphan of {_whose(owner)}{state}"
+        )
+
+
+def _whose(owner: Owner) -> str:
+    if owner.kind == "slurm":
+        return f"SLURM job {owner.id}"
+    if owner.name:
+        return f"pod {owner.namespace}/{owner.name}" if owner.namespace else f"pod {owner.name}"
+    return f"pod {owner.id}"

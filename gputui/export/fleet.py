@@ -3,7 +3,10 @@
 One refresh is a handful of PromQL queries whatever the fleet's size (never one per GPU or host):
 utilization over the window (one range query), the latest GPU fields (one instant query over several
 names), gputui's own host metrics, dips per GPU over the window, and `up`. When a host is opened,
-three more: its processes, its agents' allocators and its memory over the window.
+three more: its processes and jobs (one query), its agents' allocators and its memory over the window.
+
+A MIG instance's series (a GPU_I_ID label: gputui and dcgm-exporter both write them) are not a GPU's:
+the GPU's own series are read, and a GPU with none only has its instances' memory summed.
 
 When Prometheus cannot be reached the last view is kept and the error is returned with it; a host
 whose exporter stopped stays listed (stale, with its last values) until it drops out of the window.
@@ -152,6 +155,17 @@ class FleetProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetJob:
+    """A job on the host (gputui_job_gpu_memory_bytes): a SLURM job, a Kubernetes pod or a container."""
+
+    kind: str  # slurm, kubernetes, docker, containerd, cri-o, podman (as the exporter said)
+    name: str  # the SLURM job id, namespace/pod, or the container
+    gpus: tuple[str, ...]  # "0", or "0:3" for MIG instance 3 of GPU 0; in GPU order
+    memory: float  # bytes, over its GPUs
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class FleetAgent:
     pid: str
     command: str
@@ -167,6 +181,7 @@ class HostDetail:
     processes: tuple[FleetProcess, ...] = ()
     agents: tuple[FleetAgent, ...] = ()
     mem_series: dict[str, tuple[float | None, ...]] = field(default_factory=dict)
+    jobs: tuple[FleetJob, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +275,46 @@ def _stale(host: FleetHost, old: FleetHost | None, last_seen: float | None) -> F
         gputui=host.gputui or old.gputui,
         zombies=host.zombies or old.zombies,
     )
+
+
+def on_instance(labels: dict[str, str]) -> bool:
+    """A MIG instance's series, not its GPU's (dcgm-exporter's and gputui's GPU_I_ID label)."""
+    return bool(labels.get("GPU_I_ID"))
+
+
+def _gpu_order(gpu: str) -> tuple[int, str]:
+    return len(gpu.partition(":")[0]), gpu  # 2 before 10
+
+
+def jobs_of(samples: Iterable[Sample]) -> tuple[FleetJob, ...]:
+    """gputui_job_gpu_memory_bytes samples (a job's memory per GPU) as one FleetJob per job, the one
+    using most memory first. A value that is no byte count counts as none; the GPU is still listed."""
+    found: dict[tuple[str, ...], dict[str, Any]] = {}
+    for s in samples:
+        lb = s.labels
+        kind, container, pod, namespace, hpc_job = (
+            lb.get(k, "") for k in ("kind", "container", "pod", "namespace", "hpc_job")
+        )
+        entry = found.setdefault(
+            (kind, container, pod, namespace, hpc_job), {"gpus": set(), "memory": 0.0, "users": set()}
+        )
+        gpu, instance = lb.get("gpu", "?"), lb.get("GPU_I_ID", "")
+        entry["gpus"].add(f"{gpu}:{instance}" if instance else gpu)
+        entry["memory"] += within(s.value, BYTES) or 0.0
+        entry["users"].add(lb.get("user", ""))
+    jobs = []
+    for (kind, container, pod, namespace, hpc_job), e in found.items():
+        if kind == "slurm" or (hpc_job and not pod):
+            name = hpc_job
+        elif pod:
+            name = f"{namespace}/{pod}" if namespace else pod
+        else:
+            name = container
+        users = e["users"]
+        user = next(iter(users)) if len(users) == 1 else ""
+        gpus = tuple(sorted(e["gpus"], key=_gpu_order))
+        jobs.append(FleetJob(kind or "?", name or "?", gpus, min(e["memory"], BYTES[1]), user))
+    return tuple(sorted(jobs, key=lambda j: (-j.memory, j.kind, j.name)))
 
 
 def host_name(labels: dict[str, str]) -> str:
@@ -387,15 +442,28 @@ class FleetReader:
             return gpus.setdefault(host, {}).setdefault(labels.get("gpu", "?"), first)
 
         for r in util_range:
+            if on_instance(r.labels):
+                continue
             if r.points:
                 host = host_name(r.labels)
                 seen[host] = min(now, max(seen.get(host, 0.0), r.points[-1][0]))
             gpu_of(r.labels)["series"] = on_grid(r.points, start, self.step, self.points)
+        instances: dict[tuple[str, str, str], float] = {}  # (host, gpu, field) -> its instances' sum
         for s in latest:
             name = LATEST_FIELDS.get(s.labels.get("__name__", ""))
-            if name:
+            if name and on_instance(s.labels):
+                if name in ("mem_used", "mem_free") and (value := within(s.value, LIMITS[name])) is not None:
+                    key = (host_name(s.labels), s.labels.get("gpu", "?"), name)
+                    instances[key] = instances.get(key, 0.0) + value
+                gpu_of(s.labels)  # a GPU known only by its instances is listed still
+                fresh.add(host_name(s.labels))
+            elif name:
                 gpu_of(s.labels)[name] = within(s.value, LIMITS[name])
                 fresh.add(host_name(s.labels))
+        for (host, gpu, name), total in instances.items():
+            fields_of = gpus[host][gpu]
+            if fields_of.get(name) is None:  # no whole-GPU value: the GPU's instances' memory
+                fields_of[name] = within(total, LIMITS[name])
         zombies: dict[str, dict[str, int]] = {}
         for s in ours:
             labels, value = s.labels, s.value
@@ -444,7 +512,12 @@ class FleetReader:
         if known is not None and known.instance == host:
             label = f"instance={label_value(host)}"
         q = self.prometheus
-        procs = q.query(f"gputui_process_gpu_memory_bytes{self._selector(label)}")
+        # Processes and jobs in one query: opening a host costs three queries, as before jobs.
+        owned = q.query(
+            self._selector('__name__=~"gputui_process_gpu_memory_bytes|gputui_job_gpu_memory_bytes"', label)
+        )
+        procs = [s for s in owned if s.labels.get("__name__") != "gputui_job_gpu_memory_bytes"]
+        jobs = jobs_of(s for s in owned if s.labels.get("__name__") == "gputui_job_gpu_memory_bytes")
         agents = q.query(self._selector('__name__=~"gputui_agent_.*"', label))
         sel = self._selector(label)
         mem = q.query_range(
@@ -481,5 +554,9 @@ class FleetReader:
         agent_rows = tuple(
             FleetAgent(pid, e["command"], dev, e["values"]) for (pid, dev), e in sorted(by_agent.items())
         )
-        mem_series = {r.labels.get("gpu", "?"): on_grid(r.points, start, self.step, self.points) for r in mem}
-        return HostDetail(host, tuple(processes), agent_rows, mem_series)
+        mem_series = {
+            r.labels.get("gpu", "?"): on_grid(r.points, start, self.step, self.points)
+            for r in mem
+            if not on_instance(r.labels)
+        }
+        return HostDetail(host, tuple(processes), agent_rows, mem_series, jobs)

@@ -6,6 +6,13 @@ their memory, zombie classes, unaccounted memory, utilization dips and the torch
 
 Families are built fresh from the latest snapshot at each scrape: the series of a process that exited
 are simply not there any more.
+
+Owners and MIG use dcgm-exporter's label names: a process's series carries `container`, `pod` and
+`namespace` (its Kubernetes mapping) and `hpc_job` (its HPC job mapping: the SLURM job id), empty where
+they do not apply; a MIG instance's memory series and a process on an instance carry `GPU_I_PROFILE` and
+`GPU_I_ID`. gputui_job_gpu_memory_bytes sums a job's processes per GPU (instance): a job is a SLURM job
+(its steps together), a Kubernetes pod (its containers together) or a container. Each of these adds at
+most one series per process or per job and GPU: cardinality grows with what runs, as before.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from prometheus_client.samples import Sample
 
 from gputui.collect.classify import SUSPICIOUS
 from gputui.collect.dips import Dip
-from gputui.model import GpuSample, Snapshot
+from gputui.model import GpuSample, MigInstance, Owner, ProcessRow, Snapshot
 from gputui.units import printable
 
 MIB = 1024 * 1024
@@ -28,6 +35,15 @@ GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 ZOMBIE_CLASSES = tuple(sorted(SUSPICIOUS))
 DIP_KINDS = ("stall", "long")
 COMMAND_CHARS = 60  # a label is stored with every sample: keep the command short
+# A Kubernetes name is at most 253 characters: real owners are never cut, a made-up cgroup path is.
+OWNER_CHARS = 253
+PROFILE_CHARS = 32  # a MIG profile name ("1g.10gb+me")
+# dcgm-exporter's names: its Kubernetes pod mapping, its HPC job mapping, its MIG instance labels.
+OWNER_LABELS = ("container", "pod", "namespace", "hpc_job")
+MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
+PROCESS_LABELS = ("gpu", "UUID", "Hostname", "pid", "user", "command", "class", *OWNER_LABELS, *MIG_LABELS)
+# One series per job and GPU (instance): a pod's containers are one job, so are a SLURM job's steps.
+JOB_LABELS = ("gpu", "UUID", "Hostname", *MIG_LABELS, "kind", *OWNER_LABELS, "user")
 
 
 def _free_mib(g: GpuSample) -> float | None:
@@ -42,6 +58,20 @@ def _mib(v: int | None) -> int | None:
 
 def _energy_mj(g: GpuSample) -> float | None:
     return None if g.energy is None else g.energy * 1000.0
+
+
+def _mig_free_mib(i: MigInstance) -> int | None:
+    if i.mem_total is None or i.mem_used is None:
+        return None
+    return max(0, i.mem_total - i.mem_used) // MIB
+
+
+# Fields a MIG instance has a series of too (with GPU_I_PROFILE and GPU_I_ID), as in dcgm-exporter: the
+# whole GPU's series stays, without those labels.
+MIG_FIELDS: dict[str, Any] = {
+    "DCGM_FI_DEV_FB_USED": lambda i: _mib(i.mem_used),
+    "DCGM_FI_DEV_FB_FREE": _mig_free_mib,
+}
 
 
 # (name, help, type, value): dcgm-exporter's default fields, in its units.
@@ -124,6 +154,11 @@ def families(snap: Snapshot, dips: DipCounters | None = None) -> Iterator[Metric
             value = read(g)
             if value is not None:  # unsupported here: no sample, as dcgm-exporter does
                 fam.add_sample(name, dict(zip(GPU_LABELS, labels[g.index], strict=True)), float(value))
+            if name in MIG_FIELDS:
+                for inst in _instances(g):
+                    value = MIG_FIELDS[name](inst)
+                    if value is not None:
+                        fam.add_sample(name, _mig_labels(labels[g.index], inst), float(value))
         yield fam
 
     lost = GaugeMetricFamily(
@@ -141,6 +176,7 @@ def families(snap: Snapshot, dips: DipCounters | None = None) -> Iterator[Metric
             unaccounted.add_metric(labels[g.index], float(value))
     yield lost
     yield unaccounted
+    yield _mig_util_family(live, labels)
 
     yield from _process_families(snap, labels)
     yield from _dip_families(snap, labels, dips)
@@ -164,19 +200,37 @@ def _process_families(snap: Snapshot, labels: dict[int, list[str]]) -> Iterator[
     mem = GaugeMetricFamily(
         "gputui_process_gpu_memory_bytes",
         "GPU memory used by a process, as NVML reports it.",
-        labels=["gpu", "UUID", "Hostname", "pid", "user", "command", "class"],
+        labels=PROCESS_LABELS,
     )
+    jobs: dict[tuple[str, ...], float] = {}
+    job_users: dict[tuple[str, ...], set[str]] = {}
+    profiles = {g.index: {i.gpu_instance: i.profile for i in g.mig} for g in snap.gpus}
     seen: set[tuple[int, int]] = set()
     for p in snap.processes:
         if p.gpu is None or p.used_memory is None or p.gpu not in labels or (p.gpu, p.pid) in seen:
             continue
         seen.add((p.gpu, p.pid))
         gpu, uuid, *_, hostname = labels[p.gpu]
-        mem.add_metric(
-            [gpu, uuid, hostname, str(p.pid), p.user or "", _short_command(p.command, p.name), p.category],
-            float(p.used_memory),
-        )
+        owner = owner_labels(p.owner)
+        mig = _instance_labels(p, profiles.get(p.gpu, {}))
+        values = [str(p.pid), p.user or "", _short_command(p.command, p.name), p.category]
+        mem.add_metric([gpu, uuid, hostname, *values, *owner, *mig], float(p.used_memory))
+        if p.owner is not None:
+            key = (gpu, uuid, hostname, *mig, *job_key(p.owner))
+            jobs[key] = jobs.get(key, 0.0) + p.used_memory
+            user = p.owner.user or p.user
+            job_users.setdefault(key, set()).add(_bounded(user or "", OWNER_CHARS))
     yield mem
+
+    per_job = GaugeMetricFamily(
+        "gputui_job_gpu_memory_bytes",
+        "GPU memory used by the processes of a job (a SLURM job, a Kubernetes pod, a container) on a GPU.",
+        labels=JOB_LABELS,
+    )
+    for key, used in jobs.items():
+        users = job_users[key]  # the job's user when all its processes name the same one
+        per_job.add_metric([*key, next(iter(users)) if len(users) == 1 else ""], used)
+    yield per_job
 
     zombies = GaugeMetricFamily(
         "gputui_zombie_processes",
@@ -189,6 +243,74 @@ def _process_families(snap: Snapshot, labels: dict[int, list[str]]) -> Iterator[
     for cls, n in counts.items():
         zombies.add_metric([snap.hostname, cls], float(n))
     yield zombies
+
+
+def _bounded(text: str, chars: int) -> str:
+    """`text` cut to `chars`: label values from cgroup paths and the driver are other people's text."""
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def owner_labels(owner: Owner | None) -> list[str]:
+    """container, pod, namespace and hpc_job of a process's owner; "" for each it has none of, as
+    dcgm-exporter writes them for a GPU no pod uses. A container is named by its name where one is known,
+    else by its short id (12 hex, as `docker ps`); a pod by its name, else by its UID."""
+    container = pod = namespace = hpc_job = ""
+    if owner is None:
+        pass
+    elif owner.kind == "slurm":
+        hpc_job = owner.id
+    elif owner.kind == "kubernetes":
+        pod, namespace = owner.name or owner.id, owner.namespace or ""
+        container = (owner.container or "")[:12]
+    else:
+        container = owner.name or owner.id[:12]
+    return [_bounded(v, OWNER_CHARS) for v in (container, pod, namespace, hpc_job)]
+
+
+def job_key(owner: Owner) -> list[str]:
+    """kind and OWNER_LABELS of the job a process belongs to: a pod, not its container; a SLURM job,
+    not its step; a container."""
+    container, pod, namespace, hpc_job = owner_labels(owner)
+    if owner.kind == "kubernetes":
+        container = ""
+    return [_bounded(owner.kind, 16), container, pod, namespace, hpc_job]
+
+
+def _instance_labels(p: ProcessRow, profiles: dict[int, str | None]) -> list[str]:
+    """GPU_I_PROFILE and GPU_I_ID of the MIG instance a process runs in; "" off MIG."""
+    if p.gpu_instance is None:
+        return ["", ""]
+    return [_bounded(profiles.get(p.gpu_instance) or "", PROFILE_CHARS), str(p.gpu_instance)]
+
+
+def _instances(g: GpuSample) -> list[MigInstance]:
+    """A GPU's MIG instances, one per GPU instance: a series is named by its GPU_I_ID, and a scrape with
+    two series of the same labels is rejected whole."""
+    first: dict[int, MigInstance] = {}
+    for inst in g.mig:
+        first.setdefault(inst.gpu_instance, inst)
+    return list(first.values())
+
+
+def _mig_labels(gpu: list[str], inst: MigInstance) -> dict[str, str]:
+    """A MIG instance's series: its GPU's labels, and its profile and id, as dcgm-exporter labels them."""
+    labels = dict(zip(GPU_LABELS, gpu, strict=True))
+    labels["GPU_I_PROFILE"] = _bounded(inst.profile or "", PROFILE_CHARS)
+    labels["GPU_I_ID"] = str(inst.gpu_instance)
+    return labels
+
+
+def _mig_util_family(live: list[GpuSample], labels: dict[int, list[str]]) -> Metric:
+    util = Metric(
+        "gputui_mig_utilization_percent",
+        "Utilization of a MIG instance (in %), where the driver reports it per instance.",
+        "gauge",
+    )
+    for g in live:
+        for inst in _instances(g):
+            if inst.util is not None:
+                util.add_sample(util.name, _mig_labels(labels[g.index], inst), float(inst.util))
+    return util
 
 
 def _dip_families(snap: Snapshot, labels: dict[int, list[str]], dips: DipCounters | None) -> Iterator[Metric]:

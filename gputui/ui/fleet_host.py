@@ -1,4 +1,5 @@
-"""One host of the fleet (Enter on its row): its GPUs over the window, zombies, processes, allocators."""
+"""One host of the fleet (Enter on its row): its GPUs over the window, zombies, jobs, processes,
+allocators."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from gputui.ui.fleet_table import MIB, add_spark, mem_text, state_text
 from gputui.ui.key_bar import KeyBar
 from gputui.ui.palette import Palette
 from gputui.units import NA, fmt_bytes
+
+JOB_GPUS = 11  # cells for a job's GPUs: "0,1,2,3,4,5" or "0:3,0:5"
 
 
 def window_label(seconds: float) -> str:
@@ -104,6 +107,7 @@ class HostView(CellCanvas, can_focus=True):
             )
             return lines
         lines.extend(self._zombies(host))
+        lines.extend(self._jobs(detail))
         lines.extend(self._processes(detail))
         lines.extend(self._agents(detail))
         return lines
@@ -117,6 +121,29 @@ class HostView(CellCanvas, can_focus=True):
         for cls, n in found.items():
             line.add(f"{cls} {n}  ", p.error)
         return [line, Line()]
+
+    def _jobs(self, detail: HostDetail | None) -> list[Line]:
+        """Its SLURM jobs, pods and containers with their GPU memory; nothing when it runs none (or its
+        exporter predates gputui_job_gpu_memory_bytes)."""
+        p = self.palette
+        if detail is None or not detail.jobs:
+            return []
+        lines = [
+            Line().add(
+                f" {'KIND':<10} {'GPUS':<{JOB_GPUS}} {'GPU MEM':>9} {'USER':<10} "
+                "JOB  (SLURM job, pod, container)",
+                p.header,
+            )
+        ]
+        for job in detail.jobs:
+            gpus = pad(",".join(job.gpus), JOB_GPUS)  # cut: however many GPUs a server made up
+            lines.append(
+                Line()
+                .add(f" {pad(job.kind, 10)} {gpus} {fmt_bytes(job.memory):>9} ", p.plain)
+                .add(pad(job.user or NA, 10) + " ", p.dim)
+                .add(job.name, p.accent)
+            )
+        return [*lines, Line()]
 
     def _processes(self, detail: HostDetail | None) -> list[Line]:
         p = self.palette

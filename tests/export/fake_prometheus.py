@@ -85,6 +85,11 @@ class FakeHost:
     zombies: dict[str, int] = field(default_factory=dict)
     processes: list[dict[str, Any]] = field(default_factory=list)  # gpu, pid, user, command, class, memory
     agents: list[dict[str, Any]] = field(default_factory=list)  # pid, cuda_device, command, values{}
+    # gputui_job_gpu_memory_bytes series: their labels past the host's (gpu, kind, pod, ...) and "memory"
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    # MIG instances' FB_USED / FB_FREE series: gpu, GPU_I_ID, GPU_I_PROFILE, mem_used, mem_free (MiB)
+    instances: list[dict[str, Any]] = field(default_factory=list)
+    whole_gpus: bool = True  # False: its FB_USED / FB_FREE are its instances' only (dcgm-exporter on MIG)
 
     def labels(self, gpu: int) -> dict[str, str]:
         """dcgm-exporter's labels of one GPU's series, with the scrape target's."""
@@ -394,8 +399,21 @@ class FakePrometheus:
             for host, i, gpu in self._gpus(self._live()):
                 for name in names[1].split("|"):
                     labels = {"__name__": f"DCGM_FI_DEV_{name}", **host.labels(i)}
+                    if not host.whole_gpus and name in ("FB_USED", "FB_FREE"):
+                        continue
                     if name in DCGM_FIELDS and keep(labels):
                         out.append(sample(labels, getattr(gpu, DCGM_FIELDS[name])))
+            for host in self._live():
+                for inst in host.instances:
+                    for name in ("FB_USED", "FB_FREE"):
+                        labels = {
+                            "__name__": f"DCGM_FI_DEV_{name}",
+                            **host.labels(int(inst["gpu"])),
+                            "GPU_I_ID": str(inst["GPU_I_ID"]),
+                            "GPU_I_PROFILE": inst["GPU_I_PROFILE"],
+                        }
+                        if name in names[1].split("|") and keep(labels):
+                            out.append(sample(labels, inst[DCGM_FIELDS[name]]))
         elif "gputui_(" in query:
             for host in self._live():
                 if not host.gputui:
@@ -445,6 +463,19 @@ class FakePrometheus:
                     )
                     if keep(labels):
                         out.append(sample(labels, p["memory"]))
+                for job in host.jobs if host.gputui and "gputui_job_gpu_memory_bytes" in query else ():
+                    gpu = int(job["gpu"])
+                    labels = host._named(
+                        {
+                            "__name__": "gputui_job_gpu_memory_bytes",
+                            "UUID": host.uuid(gpu),
+                            "instance": host.instance,
+                            "job": host.job,
+                            **{k: str(v) for k, v in job.items() if k != "memory"},
+                        }
+                    )
+                    if keep(labels):
+                        out.append(sample(labels, job["memory"]))
         elif "gputui_agent_" in query:
             for host in self._live():
                 for a in host.agents if host.gputui else ():

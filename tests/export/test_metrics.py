@@ -28,6 +28,8 @@ MIB = 1 << 20
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "agent_stats_cuda.json"
 GPU_LABEL_NAMES = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
 PROCESS_LABEL_NAMES = {"gpu", "UUID", "Hostname", "pid", "user", "command", "class"}
+# A plain process off MIG: dcgm-exporter's owner and instance labels, empty (see test_owner_labels.py).
+NO_OWNER = dict.fromkeys(("container", "pod", "namespace", "hpc_job", "GPU_I_PROFILE", "GPU_I_ID"), "")
 DCGM_NAMES = (
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_MEM_COPY_UTIL",
@@ -340,6 +342,7 @@ def test_process_memory_series_and_their_labels() -> None:
                 "user": "alice",
                 "command": "python train.py --epochs 90",
                 "class": "ok",
+                **NO_OWNER,
             },
             3 * 1024 * MIB,
         ),
@@ -352,6 +355,7 @@ def test_process_memory_series_and_their_labels() -> None:
                 "user": "",
                 "command": "ollama",
                 "class": "unseen",
+                **NO_OWNER,
             },
             512 * MIB,
         ),

@@ -1,0 +1,381 @@
+"""Whose job a process is: its container, Kubernetes pod or SLURM job, from /proc/PID/cgroup.
+
+A container's owner can shape the cgroup paths below its own (a delegated subtree), so nothing here
+trusts a free-form string: every id is validated (hex of the right length, a UID's shape, digits), the
+outermost known shape of a path wins (the part the runtime or kubelet or slurmd wrote), and every read
+and length is bounded. Names come only from what needs no new privileges or daemons: the node's
+/var/log/pods directories (a pod's namespace and name) and the process's own SLURM_JOB_NAME. Container
+names (the Docker/containerd API) are not looked up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pwd
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gputui.model import Owner
+from gputui.units import printable
+
+MAX_CGROUP_BYTES = 16384  # /proc/PID/cgroup: about 13 short lines on cgroup v1
+MAX_LINES = 32
+MAX_PATH = 4096  # PATH_MAX
+MAX_SEGMENTS = 64
+MAX_ENVIRON = 1 << 20  # as gputui.collect.procs reads it
+MAX_JOB_NAME = 128
+MAX_USER = 64
+MAX_PODS = 10_000  # /var/log/pods entries read
+MAX_CACHE = 65_536  # processes remembered; past it the cache starts over
+MAX_WALK = 4096  # cgroup directories read when asking whether a job has other processes
+PODS_REFRESH_S = 30.0
+SLURM_STEPS = frozenset({"batch", "extern", "interactive"})
+
+_HEX64 = r"[0-9a-f]{64}"
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# The systemd driver's slice names have `_` for `-`.
+_UUID_SYSTEMD = r"[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}"
+_STATIC_UID = r"[0-9a-f]{32}"  # a static pod's UID: a hash, no dashes
+_CONTAINER = re.compile(rf"(docker|cri-containerd|crio|libpod)-({_HEX64})(?:\.scope)?")
+_RUNTIME = {"docker": "docker", "cri-containerd": "containerd", "crio": "cri-o", "libpod": "podman"}
+_HEX64_RE = re.compile(_HEX64)
+_POD_CGROUPFS = re.compile(rf"pod({_UUID}|{_STATIC_UID})")
+_POD_SYSTEMD = re.compile(rf"kubepods(?:-(burstable|besteffort))?-pod({_UUID_SYSTEMD}|{_STATIC_UID})\.slice")
+_POD_UID = re.compile(rf"{_UUID}|{_STATIC_UID}")
+_ID = re.compile(r"[0-9]{1,10}")  # a job id, a uid: 32 bits
+_STEP = re.compile(r"step_([0-9]{1,10}|batch|extern|interactive)")
+_NAMESPACE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+_POD_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")
+QOS = frozenset({"burstable", "besteffort"})  # "guaranteed" pods have no segment of their own
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """An owner and where its group lies: the hierarchy ("" for cgroup v2, else v1's controllers) and
+    the path of the pod's or job's cgroup (None for a container: it has no "has ended")."""
+
+    owner: Owner
+    hierarchy: str
+    group: str | None
+
+
+def _pod(segs: list[str], i: int, cgroupfs: bool) -> tuple[Owner, int] | None:
+    """The pod at segs[i:] after a `kubepods` segment: (owner, index of the pod's segment)."""
+    qos = "guaranteed"
+    if cgroupfs:
+        if i < len(segs) and segs[i] in QOS:
+            qos, i = segs[i], i + 1
+        m = _POD_CGROUPFS.fullmatch(segs[i]) if i < len(segs) else None
+        if m is None:
+            return None
+        uid = m.group(1)
+    else:
+        if i < len(segs) and segs[i] in ("kubepods-burstable.slice", "kubepods-besteffort.slice"):
+            qos, i = segs[i][9:-6], i + 1
+        m = _POD_SYSTEMD.fullmatch(segs[i]) if i < len(segs) else None
+        if m is None or (m.group(1) or "guaranteed") != qos:
+            return None
+        uid = m.group(2).replace("_", "-")
+    container = None
+    if i + 1 < len(segs):
+        nxt = segs[i + 1]
+        c = _CONTAINER.fullmatch(nxt)
+        if c is not None:
+            container = c.group(2)
+        elif cgroupfs and _HEX64_RE.fullmatch(nxt):
+            container = nxt
+    return Owner(kind="kubernetes", id=uid, container=container, qos=qos), i
+
+
+def _slurm_user(uid: str) -> str | None:
+    return _user_name(int(uid))
+
+
+def _match(segs: list[str]) -> tuple[Owner, int | None] | None:
+    """The outermost known shape in a path's segments: (owner, index of its pod's or job's segment)."""
+    for i, seg in enumerate(segs):
+        nxt = segs[i + 1] if i + 1 < len(segs) else ""
+        if seg in ("kubepods", "kubepods.slice"):
+            return _pod(segs, i + 1, cgroupfs=seg == "kubepods")
+        if seg == "docker" and _HEX64_RE.fullmatch(nxt):
+            return Owner(kind="docker", id=nxt), None
+        c = _CONTAINER.fullmatch(seg)
+        if c is not None:
+            return Owner(kind=_RUNTIME[c.group(1)], id=c.group(2)), None
+        if seg == "slurm" or (seg.startswith("slurm_") and len(seg) <= 70):  # slurm_<node>: several slurmd
+            # cgroup v1: /slurm/uid_1000/job_81234/step_0
+            if i + 2 < len(segs) and nxt.startswith("uid_") and _ID.fullmatch(nxt[4:]):
+                job = segs[i + 2]
+                if job.startswith("job_") and _ID.fullmatch(job[4:]):
+                    return _job(job[4:], segs, i + 2, _slurm_user(nxt[4:])), i + 2
+            return None
+        if seg == "slurmstepd.scope":
+            # cgroup v2: /system.slice/slurmstepd.scope/job_81234/step_0/user/task_0 (`system`: its own)
+            if nxt.startswith("job_") and _ID.fullmatch(nxt[4:]):
+                return _job(nxt[4:], segs, i + 1, None), i + 1
+            return None
+    return None
+
+
+def _job(job: str, segs: list[str], i: int, user: str | None) -> Owner:
+    step = None
+    if i + 1 < len(segs):
+        m = _STEP.fullmatch(segs[i + 1])
+        step = m.group(1) if m else None
+    return Owner(kind="slurm", id=str(int(job)), step=step, user=user)
+
+
+def _line_order(hierarchy: str, controllers: str) -> int:
+    """cgroup v2's line first, then v1's systemd hierarchy, then the controllers in the file's order."""
+    if hierarchy == "0" and not controllers:
+        return 0
+    return 1 if controllers == "name=systemd" else 2
+
+
+def find(text: str) -> Found | None:
+    """The owner in a /proc/PID/cgroup's text, with where its pod's or job's cgroup is."""
+    lines: list[tuple[int, str, str]] = []
+    for line in text[:MAX_CGROUP_BYTES].splitlines()[:MAX_LINES]:
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[2].startswith("/") or len(parts[2]) > MAX_PATH:
+            continue
+        path = parts[2].removesuffix(" (deleted)")
+        lines.append((_line_order(parts[0], parts[1]), parts[1], path))
+    lines.sort(key=lambda x: x[0])  # stable: the file's order among equals
+    for _, controllers, path in lines:
+        segs = [s for s in path.split("/") if s][:MAX_SEGMENTS]
+        hit = _match(segs)
+        if hit is not None:
+            owner, at = hit
+            group = None if at is None else "/" + "/".join(segs[: at + 1])
+            return Found(owner, controllers, group)
+    return None
+
+
+def parse_cgroup(text: str) -> Owner | None:
+    """The container, pod or SLURM job in a /proc/PID/cgroup's text (cgroup v1 or v2, systemd or
+    cgroupfs driver); None for anything else: a service or a user's session is no owner."""
+    found = find(text)
+    return found.owner if found else None
+
+
+_USERS: dict[int, str | None] = {}
+
+
+def _user_name(uid: int) -> str | None:
+    """A uid's login name, remembered (a lookup through NSS may be slow); None if it has none."""
+    if uid not in _USERS:
+        try:
+            name: str | None = printable(pwd.getpwuid(uid).pw_name)[:MAX_USER]
+        except (KeyError, OverflowError):
+            name = None
+        if len(_USERS) > 4096:
+            _USERS.clear()
+        _USERS[uid] = name
+    return _USERS[uid]
+
+
+def read_pods(pods_dir: Path) -> dict[str, tuple[str, str]]:
+    """Pod UID -> (namespace, name) from the node's log directories, `<namespace>_<name>_<uid>`."""
+    out: dict[str, tuple[str, str]] = {}
+    try:
+        with os.scandir(pods_dir) as it:
+            for n, entry in enumerate(it):
+                if n >= MAX_PODS:
+                    break
+                parts = entry.name.split("_")
+                if (
+                    len(parts) == 3
+                    and _NAMESPACE.fullmatch(parts[0])
+                    and _POD_NAME.fullmatch(parts[1])
+                    and _POD_UID.fullmatch(parts[2])
+                ):
+                    out[parts[2]] = (parts[0], parts[1])
+    except OSError:
+        pass
+    return out
+
+
+def _read(path: str, limit: int) -> bytes | None:
+    try:
+        with open(path, "rb", buffering=0) as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
+def slurm_job_name(environ: bytes, job: str) -> str | None:
+    """SLURM_JOB_NAME from an environment, when its SLURM_JOB_ID is the cgroup's job (a process
+    started with another job's environment must not name this one)."""
+    values: dict[bytes, bytes] = {}
+    for entry in environ.split(b"\0"):
+        name, eq, value = entry.partition(b"=")
+        if eq and name in (b"SLURM_JOB_ID", b"SLURM_JOB_NAME") and name not in values:
+            values[name] = value
+    if values.get(b"SLURM_JOB_ID") != job.encode() or b"SLURM_JOB_NAME" not in values:
+        return None
+    text = printable(values[b"SLURM_JOB_NAME"][: 4 * MAX_JOB_NAME].decode("utf-8", errors="replace"))
+    return text[:MAX_JOB_NAME] or None
+
+
+@dataclass(slots=True)
+class _Entry:
+    found: Found  # as parsed, with the user filled in
+    owner: Owner  # with the names known when it was last resolved
+    generation: int
+
+
+class Owners:
+    """Each process's owner, read once per (pid, start time): /proc/PID/cgroup, and for a SLURM job its
+    environ. Names found later (a pod's log directory, another process's SLURM_JOB_NAME) reach the
+    processes already seen through a generation count: no re-read, one dict lookup."""
+
+    def __init__(
+        self,
+        proc: Path = Path("/proc"),
+        pods_dir: Path = Path("/var/log/pods"),
+        monotonic: Callable[[], float] = time.monotonic,
+        mountinfo: Path = Path("/proc/self/mountinfo"),
+    ) -> None:
+        self.proc = str(proc)
+        self.mountinfo = mountinfo
+        self.pods_dir = pods_dir
+        self.monotonic = monotonic
+        self._cache: dict[int, tuple[float | None, _Entry | None]] = {}
+        self._generation = 0
+        self._pods: dict[str, tuple[str, str]] = {}
+        self._pods_read: float | None = None
+        self._job_names: dict[str, str] = {}
+        self._mounts: dict[str, str] | None = None
+        self.reads = 0  # /proc/PID/cgroup reads, for tests and the bench
+
+    def lookup(self, pid: int, create_time: float | None) -> Owner | None:
+        hit = self._cache.get(pid)
+        if hit is None or hit[0] != create_time:
+            if len(self._cache) >= MAX_CACHE:
+                self._cache.clear()
+            hit = (create_time, self._first_sight(pid))
+            self._cache[pid] = hit
+        entry = hit[1]
+        if entry is None:
+            return None
+        if entry.generation != self._generation or (
+            entry.owner.kind == "kubernetes" and entry.owner.name is None
+        ):
+            self._resolve(entry)
+        return entry.owner
+
+    def found(self, pid: int, create_time: float | None) -> Found | None:
+        """What lookup() found, with where the pod's or job's cgroup lies."""
+        hit = self._cache.get(pid)
+        return hit[1].found if hit is not None and hit[0] == create_time and hit[1] else None
+
+    def forget_except(self, pids: Iterable[int]) -> None:
+        """Forget the processes not in `pids` (those of this tick): they ended, or left the GPU."""
+        keep = set(pids)
+        if len(self._cache) > len(keep):
+            self._cache = {pid: v for pid, v in self._cache.items() if pid in keep}
+
+    def _first_sight(
+        self,
+        pid: int,
+    ) -> _Entry | None:
+        self.reads += 1
+        raw = _read(f"{self.proc}/{pid}/cgroup", MAX_CGROUP_BYTES)
+        if raw is None:
+            return None
+        found = find(raw.decode("utf-8", errors="replace"))
+        if found is None:
+            return None
+        owner = found.owner
+        if owner.kind == "slurm":
+            if owner.user is None:  # cgroup v2 has no uid_N: the process's own user is the job's
+                with contextlib.suppress(OSError):
+                    owner = dataclasses.replace(owner, user=_user_name(os.stat(f"{self.proc}/{pid}").st_uid))
+            if owner.id not in self._job_names:
+                environ = _read(f"{self.proc}/{pid}/environ", MAX_ENVIRON)
+                name = slurm_job_name(environ, owner.id) if environ else None
+                if name is not None:
+                    if len(self._job_names) > 4096:
+                        self._job_names.clear()
+                    self._job_names[owner.id] = name
+                    self._generation += 1
+            found = dataclasses.replace(found, owner=owner)
+        entry = _Entry(found, owner, -1)
+        self._resolve(entry)
+        return entry
+
+    def _resolve(self, entry: _Entry) -> None:
+        base = entry.found.owner
+        if base.kind == "kubernetes":
+            now = self.monotonic()
+            if base.id not in self._pods and (
+                self._pods_read is None or now - self._pods_read >= PODS_REFRESH_S
+            ):
+                self._pods_read = now
+                pods = read_pods(self.pods_dir)
+                if pods != self._pods:
+                    self._pods = pods
+                    self._generation += 1
+            names = self._pods.get(base.id)
+            if names is not None:
+                entry.owner = dataclasses.replace(base, namespace=names[0], name=names[1])
+        elif base.kind == "slurm" and base.id in self._job_names:
+            entry.owner = dataclasses.replace(base, name=self._job_names[base.id])
+        entry.generation = self._generation
+
+    def _mount(self, hierarchy: str) -> str | None:
+        """Where the hierarchy of a /proc/PID/cgroup line is mounted ("" : cgroup v2), from this
+        process's mountinfo; only mounts of the hierarchy's root (a cgroup namespace's are not)."""
+        if self._mounts is None:
+            self._mounts = {}
+            raw = _read(str(self.mountinfo), 1 << 20) or b""
+            for line in raw.decode("utf-8", errors="replace").splitlines():
+                fields = line.split(" ")
+                if " - " not in line or len(fields) < 10 or fields[3] != "/":
+                    continue
+                tail = line.split(" - ", 1)[1].split(" ")
+                if len(tail) < 3:
+                    continue
+                point = fields[4].replace("\\040", " ")
+                if tail[0] == "cgroup2":
+                    self._mounts.setdefault("", point)
+                elif tail[0] == "cgroup":
+                    opts = set(tail[2].split(","))
+                    for key in opts - {"rw", "ro", "relatime", "noatime", "nosuid", "nodev", "noexec"}:
+                        self._mounts.setdefault(key, point)
+        if hierarchy == "":
+            return self._mounts.get("")
+        mounts = {self._mounts.get(c) for c in hierarchy.split(",")}
+        return mounts.pop() if len(mounts) == 1 else None
+
+    def others_in_group(self, found: Found, exclude: set[int]) -> int | None:
+        """How many processes other than `exclude` are in the pod's or job's cgroup (its whole
+        subtree); None when that is unknown (no group, no mount, or not readable: not root)."""
+        if found.group is None:
+            return None
+        mount = self._mount(found.hierarchy)
+        if mount is None or any(s in (".", "..") for s in found.group.split("/")):
+            return None
+        top = mount + found.group
+        others = 0
+        walked = 0
+        try:
+            for dirpath, _, _ in os.walk(top, onerror=_raise):
+                walked += 1
+                if walked > MAX_WALK:
+                    return None
+                with open(os.path.join(dirpath, "cgroup.procs"), "rb") as f:
+                    others += sum(1 for w in f.read(1 << 20).split() if int(w) not in exclude)
+        except (OSError, ValueError):
+            return None
+        return others if walked else None
+
+
+def _raise(err: OSError) -> None:
+    raise err
