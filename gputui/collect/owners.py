@@ -4,19 +4,27 @@ A container's owner can shape the cgroup paths below its own (a delegated subtre
 trusts a free-form string: every id is validated (hex of the right length, a UID's shape, digits), the
 outermost known shape of a path wins (the part the runtime or kubelet or slurmd wrote), and every read
 and length is bounded. Names come only from what needs no new privileges or daemons: the node's
-/var/log/pods directories (a pod's namespace and name) and the process's own SLURM_JOB_NAME. Container
-names (the Docker/containerd API) are not looked up.
+/var/log/pods directories (a pod's namespace and name), the process's own SLURM_JOB_NAME, and a
+container's name from the Docker API (docker's or podman's socket) when this user may use it, asked on
+a thread of its own. containerd and CRI-O speak gRPC: their containers keep their ids (in a pod, the
+pod's name is the one that matters).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import http.client
+import json
 import os
 import pwd
+import queue
 import re
+import socket
+import stat
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,6 +231,117 @@ def slurm_job_name(environ: bytes, job: str) -> str | None:
     return text[:MAX_JOB_NAME] or None
 
 
+# The Docker API's sockets: docker's, and podman's Docker-compatible one (rootful).
+API_SOCKETS = {"docker": Path("/var/run/docker.sock"), "podman": Path("/run/podman/podman.sock")}
+API_TIMEOUT_S = 0.5
+API_RETRY_S = 60.0  # a failed ask (a slow daemon, a socket gone) is not repeated sooner
+MAX_API_REPLY = 1 << 22  # /containers/ID/json of a container with many mounts and variables
+MAX_ASKED = 4096
+_CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")  # docker's own rule, bounded
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.unix_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def ask_container_name(path: str, cid: str, timeout: float = API_TIMEOUT_S) -> str | None:
+    """A container's name from the Docker API at the unix socket `path`; None when it has none, the
+    daemon does not know it, or does not answer within `timeout` (each read or write)."""
+    conn = _UnixHTTP(path, timeout)
+    try:
+        conn.request("GET", f"/containers/{cid}/json")
+        reply = conn.getresponse()
+        if reply.status != 200:
+            return None
+        data = json.loads(reply.read(MAX_API_REPLY))
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
+    name = data.get("Name") if isinstance(data, dict) else None
+    if not isinstance(name, str):
+        return None
+    name = name.removeprefix("/")
+    return name if _CONTAINER_NAME.fullmatch(name) else None
+
+
+class ContainerNames:
+    """Container names from the Docker API, asked on a thread of this class's own (one at a time, each
+    with a timeout) and only where this user may use the socket without new privileges: get() never
+    waits, a name not known yet is None until the thread has it."""
+
+    def __init__(
+        self,
+        sockets: Mapping[str, Path] = API_SOCKETS,
+        timeout: float = API_TIMEOUT_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sockets = dict(sockets)
+        self.timeout = timeout
+        self.monotonic = monotonic
+        self._names: dict[tuple[str, str], str] = {}  # (kind, id) -> name
+        self._asked: dict[tuple[str, str], float] = {}  # when asked (a failure is asked again later)
+        self._usable: dict[str, str | None] = {}  # kind -> its socket, when this user may use it
+        self._queue: queue.SimpleQueue[tuple[str, tuple[str, str]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self.asks = 0  # answers the thread had, for tests
+
+    def _socket(self, kind: str) -> str | None:
+        if kind not in self._usable:
+            path = self.sockets.get(kind)
+            usable = None
+            with contextlib.suppress(OSError):
+                if (
+                    path is not None
+                    and stat.S_ISSOCK(path.stat().st_mode)
+                    and os.access(path, os.R_OK | os.W_OK)
+                ):
+                    usable = str(path)
+            self._usable[kind] = usable
+        return self._usable[kind]
+
+    def get(self, kind: str, cid: str) -> str | None:
+        key = (kind, cid)
+        name = self._names.get(key)
+        if name is not None:
+            return name
+        asked = self._asked.get(key)
+        if asked is not None and self.monotonic() - asked < API_RETRY_S:
+            return None
+        path = self._socket(kind)
+        if path is None:
+            return None
+        if len(self._asked) >= MAX_ASKED:
+            self._asked.clear()
+            self._names.clear()
+        self._asked[key] = self.monotonic()
+        self._queue.put((path, key))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gputui-container-names", daemon=True)
+            self._thread.start()
+        return None
+
+    def _run(self) -> None:
+        while True:
+            path, key = self._queue.get()
+            name = ask_container_name(path, key[1], self.timeout)
+            if name is not None:
+                self._names[key] = name  # one dict store: the tick thread reads it whole or not at all
+            self.asks += 1
+
+
 @dataclass(slots=True)
 class _Entry:
     found: Found  # as parsed, with the user filled in
@@ -241,8 +360,10 @@ class Owners:
         pods_dir: Path = Path("/var/log/pods"),
         monotonic: Callable[[], float] = time.monotonic,
         mountinfo: Path = Path("/proc/self/mountinfo"),
+        container_names: ContainerNames | None = None,
     ) -> None:
         self.proc = str(proc)
+        self.container_names = container_names if container_names is not None else ContainerNames()
         self.mountinfo = mountinfo
         self.pods_dir = pods_dir
         self.monotonic = monotonic
@@ -265,7 +386,7 @@ class Owners:
         if entry is None:
             return None
         if entry.generation != self._generation or (
-            entry.owner.kind == "kubernetes" and entry.owner.name is None
+            entry.owner.name is None and entry.owner.kind in ("kubernetes", "docker", "podman")
         ):
             self._resolve(entry)
         return entry.owner
@@ -281,10 +402,7 @@ class Owners:
         if len(self._cache) > len(keep):
             self._cache = {pid: v for pid, v in self._cache.items() if pid in keep}
 
-    def _first_sight(
-        self,
-        pid: int,
-    ) -> _Entry | None:
+    def _first_sight(self, pid: int) -> _Entry | None:
         self.reads += 1
         raw = _read(f"{self.proc}/{pid}/cgroup", MAX_CGROUP_BYTES)
         if raw is None:
@@ -327,6 +445,10 @@ class Owners:
                 entry.owner = dataclasses.replace(base, namespace=names[0], name=names[1])
         elif base.kind == "slurm" and base.id in self._job_names:
             entry.owner = dataclasses.replace(base, name=self._job_names[base.id])
+        elif base.kind in ("docker", "podman"):
+            name = self.container_names.get(base.kind, base.id)
+            if name is not None:
+                entry.owner = dataclasses.replace(base, name=name)
         entry.generation = self._generation
 
     def _mount(self, hierarchy: str) -> str | None:

@@ -3,13 +3,28 @@ the names and the cache, and the sampler's orphan reason over a fake cgroup moun
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
+import socketserver
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gputui.collect import owners as owners_mod
-from gputui.collect.owners import Owners, find, parse_cgroup, read_pods, slurm_job_name
+from gputui.collect.owners import (
+    ContainerNames,
+    Owners,
+    ask_container_name,
+    find,
+    parse_cgroup,
+    read_pods,
+    slurm_job_name,
+)
 from gputui.collect.sampler import Sampler
 from gputui.model import Owner, ProcessRow
 
@@ -233,7 +248,14 @@ def world(tmp_path: Path) -> tuple[FakeProc, Path, Clock, Owners]:
     proc.mkdir()
     pods.mkdir()
     clock = Clock()
-    return FakeProc(proc), pods, clock, Owners(proc=proc, pods_dir=pods, monotonic=clock)
+    # No Docker API: these tests must not ask this machine's daemon (see the tests of ContainerNames).
+    names = ContainerNames(sockets={})
+    return (
+        FakeProc(proc),
+        pods,
+        clock,
+        Owners(proc=proc, pods_dir=pods, monotonic=clock, container_names=names),
+    )
 
 
 def test_read_once_per_process_and_start_time(world: tuple[FakeProc, Path, Clock, Owners]) -> None:
@@ -337,7 +359,13 @@ def _cgroup_world(
         f"30 25 0:26 / {cg} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
         "31 25 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
     )
-    owners = Owners(proc=fake.root, pods_dir=pods, monotonic=clock, mountinfo=mountinfo)
+    owners = Owners(
+        proc=fake.root,
+        pods_dir=pods,
+        monotonic=clock,
+        mountinfo=mountinfo,
+        container_names=ContainerNames(sockets={}),
+    )
     sampler = Sampler.__new__(Sampler)
     sampler.owners = owners
     return fake, cg, sampler
@@ -407,3 +435,127 @@ def test_invisible_and_unreadable_rows_keep_no_owner(world: tuple[FakeProc, Path
     assert sampler._with_owners(rows) == rows
     assert owners.reads == 1  # the invisible row's pid is another namespace's: not read
     assert owners.lookup(70, 1.0) is not None and owners.reads == 2
+
+
+class FakeDockerApi(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """The Docker API's /containers/ID/json on a unix socket: `names` answers, `stall` never does."""
+
+    daemon_threads = True
+
+    def __init__(self, path: str, names: dict[str, object], stall: bool = False) -> None:
+        self.names, self.stall, self.requests = names, stall, 0
+        self.release = threading.Event()
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                api.requests += 1
+                if api.stall:
+                    api.release.wait(10)
+                    return
+                cid = self.path.split("/")[2]
+                if cid not in api.names:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                body = json.dumps({"Id": cid, "Name": api.names[cid], "Config": {"Env": ["A=1"]}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(path, Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.shutdown()
+        self.server_close()
+
+
+@pytest.fixture
+def api_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:  # a unix socket's path: at most 107 bytes
+        yield Path(d)
+
+
+def _until(pred: object, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():  # type: ignore[operator]
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_container_names_from_the_docker_api(
+    world: tuple[FakeProc, Path, Clock, Owners], api_dir: Path
+) -> None:
+    fake, pods, clock, _ = world
+    other = "b" * 64
+    api = FakeDockerApi(str(api_dir / "docker.sock"), {CID: "/trainer-3", other: "/evil\x1b[2J"})
+    try:
+        owners = Owners(
+            proc=fake.root,
+            pods_dir=pods,
+            monotonic=clock,
+            container_names=ContainerNames({"docker": api_dir / "docker.sock"}, monotonic=clock),
+        )
+        fake.add(80, v2(f"/system.slice/docker-{CID}.scope"))
+        fake.add(81, v2(f"/system.slice/docker-{other}.scope"))
+        fake.add(82, v2(f"/machine.slice/libpod-{CID}.scope"))  # podman: no socket of its own here
+        assert owners.lookup(80, 1.0) == Owner(kind="docker", id=CID)  # not known yet: never waited for
+        assert owners.lookup(81, 1.0) == Owner(kind="docker", id=other)
+        assert _until(lambda: owners.container_names.asks == 2)
+        owner = owners.lookup(80, 1.0)
+        assert owner is not None and owner.name == "trainer-3" and owner.label == "docker trainer-3"
+        assert owners.lookup(81, 1.0) == Owner(kind="docker", id=other)  # not a container name: refused
+        assert owners.lookup(82, 1.0) == Owner(kind="podman", id=CID)
+        for _ in range(10):
+            owners.lookup(81, 1.0)
+        assert api.requests == 2  # a name the daemon would not give is not asked for every tick
+        clock.t += 61
+        owners.lookup(81, 1.0)
+        assert _until(lambda: api.requests == 3)
+    finally:
+        api.close()
+
+
+def test_a_stalled_daemon_never_holds_up_a_lookup(
+    world: tuple[FakeProc, Path, Clock, Owners], api_dir: Path
+) -> None:
+    fake, pods, clock, _ = world
+    api = FakeDockerApi(str(api_dir / "docker.sock"), {}, stall=True)
+    try:
+        names = ContainerNames({"docker": api_dir / "docker.sock"}, timeout=0.2, monotonic=clock)
+        owners = Owners(proc=fake.root, pods_dir=pods, monotonic=clock, container_names=names)
+        fake.add(90, v2(f"/docker/{CID}"))
+        t0 = time.perf_counter()
+        for _ in range(100):
+            assert owners.lookup(90, 1.0) == Owner(kind="docker", id=CID)
+        assert time.perf_counter() - t0 < 0.1
+        assert _until(lambda: names.asks == 1, timeout=2.0)  # the thread gave up after its timeout
+        t0 = time.monotonic()
+        assert ask_container_name(str(api_dir / "docker.sock"), CID, timeout=0.2) is None
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        api.close()
+
+
+def test_no_usable_socket_no_thread(world: tuple[FakeProc, Path, Clock, Owners], api_dir: Path) -> None:
+    fake, pods, clock, _ = world
+    (api_dir / "docker.sock").write_text("not a socket")
+    names = ContainerNames({"docker": api_dir / "docker.sock", "podman": api_dir / "absent.sock"})
+    owners = Owners(proc=fake.root, pods_dir=pods, monotonic=clock, container_names=names)
+    fake.add(95, v2(f"/docker/{CID}"))
+    fake.add(96, v2(f"/machine.slice/libpod-{CID}.scope"))
+    assert owners.lookup(95, 1.0) == Owner(kind="docker", id=CID)
+    assert owners.lookup(96, 1.0) == Owner(kind="podman", id=CID)
+    assert names._thread is None
+
+
+def test_ask_a_socket_that_is_not_there() -> None:
+    assert ask_container_name("/nonexistent/docker.sock", CID) is None
