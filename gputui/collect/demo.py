@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import random
 import shutil
@@ -29,7 +30,7 @@ from typing import TypedDict
 import psutil
 
 from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
-from gputui.model import GpuProcess, GpuSample
+from gputui.model import GpuProcess, GpuSample, MigInstance
 
 
 class _SlowFields(TypedDict):
@@ -53,6 +54,10 @@ _RESERVED = 515 * (1 << 20)
 _CHILD = Path(__file__).with_name("demo_train.py")
 _RAMP_S = 10.0  # warm-up: memory climbs, utilization follows
 _ALLREDUCE_BPS = 75e9  # NVLink bytes/s each way while training
+MIB = 1 << 20
+# With mig=True, GPU 0 is split as an H100 80GB can be (sizes as nvidia-smi mig -lgip lists them):
+# (GPU instance, compute instance, profile, memory). Its trainer runs in the first.
+MIG_LAYOUT = ((1, 0, "3g.40gb", 40192 * MIB), (5, 0, "2g.20gb", 20224 * MIB), (13, 0, "1g.10gb", 9984 * MIB))
 
 
 class _Sim:
@@ -147,12 +152,16 @@ class DemoSource:
         workers: int = 3,
         clock: Callable[[], float] = time.time,
         start_at: float = 0.0,
+        mig: bool = False,
     ) -> None:
-        """`start_at`: simulated seconds of training already done when the demo opens (0: warm-up)."""
+        """`start_at`: simulated seconds of training already done when the demo opens (0: warm-up).
+        `mig`: GPU 0 is MIG-enabled (MIG_LAYOUT), its trainer in the 3g.40gb instance; as on a real MIG
+        GPU, NVML then reports no utilization for the GPU, its instances or its processes."""
         if not 1 <= gpus <= MAX_GPUS:
             raise SourceUnavailable(f"--demo-gpus must be between 1 and {MAX_GPUS}, not {gpus}")
         self.gpu_count, self.seed, self.workers, self.clock = gpus, seed, workers, clock
         self.start_at = start_at
+        self.mig = mig
         self.sims = [_Sim(seed, i) for i in range(gpus)]
         self.devices_dir = Path("/nonexistent")
         self.trainers: list[subprocess.Popen[bytes]] = []
@@ -284,7 +293,10 @@ class DemoSource:
             if not running and sim.ended_at is None:
                 sim.ended_at = t  # and the heatsink cools over the next half minute
             util = sim.util(t)
+            on_mig = self.mig and i == 0
             trainer_mem = sim.memory(t) if running else 0
+            if on_mig:  # the model was sized for the 3g.40gb instance, not for the whole GPU
+                trainer_mem = trainer_mem * MIG_LAYOUT[0][3] // _TOTAL
             leaked = GIB + GIB // 2 if i == 0 else 0  # held by the orphan: unaccounted on GPU 0
             ghost = GIB if i == self.gpu_count - 1 and self.gpu_count > 1 else 0
             busy = util / 100.0
@@ -300,8 +312,8 @@ class DemoSource:
                     uuid=sim.uuid,
                     pci_bus_id=f"00000000:{0x18 + 0x08 * i:02X}:00.0",
                     minor=i,
-                    util_gpu=round(util),
-                    util_mem=round(util * 0.45),
+                    util_gpu=None if on_mig else round(util),
+                    util_mem=None if on_mig else round(util * 0.45),
                     mem_total=_TOTAL,
                     mem_used=trainer_mem + leaked + ghost,
                     mem_reserved=_RESERVED,
@@ -316,17 +328,41 @@ class DemoSource:
                     ecc_errors=0,  # ECC on, as on data-centre H100s, and no error since the driver loaded
                     compute_mode="Default",
                     persistence_mode=True,
-                    mig_mode=False,
+                    mig_mode=on_mig,
+                    mig=self._mig_instances(sim, trainer_mem, leaked) if on_mig else (),
                     **self._slow[i],
                 )
             )
             if trainer_pid is not None:
-                procs.append(self._trainer_process(i, trainer_pid, trainer_mem, util))
+                trainer = self._trainer_process(i, trainer_pid, trainer_mem, util)
+                if on_mig:
+                    gi, ci = MIG_LAYOUT[0][:2]
+                    trainer = dataclasses.replace(
+                        trainer, sm_util=None, mem_util=None, gpu_instance=gi, compute_instance=ci
+                    )
+                procs.append(trainer)
             if ghost and self.ghost_pid is not None:
                 procs.append(
                     GpuProcess(gpu=i, pid=self.ghost_pid, kinds="C", used_memory=ghost, sm_util=0, mem_util=0)
                 )
         return Reading(tuple(gpus), tuple(procs))
+
+    @staticmethod
+    def _mig_instances(sim: _Sim, trainer_mem: int, leaked: int) -> tuple[MigInstance, ...]:
+        """The trainer's memory in the first instance, the orphan's leak in the second, the third idle
+        (each with the few MiB a CUDA-less instance uses); utilization n/a, as NVML has none per instance."""
+        used = (trainer_mem, leaked, 0)
+        return tuple(
+            MigInstance(
+                gpu_instance=gi,
+                compute_instance=ci,
+                profile=profile,
+                uuid=f"MIG-{sim.uuid[4:12]}-{gi:04x}-{ci:04x}-8000-{sim.uuid[-12:]}",
+                mem_total=total,
+                mem_used=min(total, u + 13 * MIB),
+            )
+            for (gi, ci, profile, total), u in zip(MIG_LAYOUT, used, strict=True)
+        )
 
     @staticmethod
     def _trainer_process(gpu: int, pid: int, memory: int, util: float) -> GpuProcess:

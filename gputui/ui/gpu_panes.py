@@ -2,7 +2,11 @@
 per GPU with both sparklines. Which one, and how tall the sparklines are, is gputui.ui.layout's call.
 
 The summary line holds more fields than a narrow terminal has room for. Each field has a priority: the
-least useful go first, and a line that lost any ends with `…` (see `fit_fields`)."""
+least useful go first, and a line that lost any ends with `…` (see `fit_fields`).
+
+A MIG-enabled GPU's pane lists its instances, one a row, to the right of its sparklines (which give up
+the room; the pane keeps the height the layout gave it, so the last row says how many did not fit); a
+one-line GPU shows their count and the busiest."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from rich.style import Style
 
 from gputui import cells
 from gputui.collect.history import History
-from gputui.model import GpuSample, Snapshot
+from gputui.model import GpuSample, MigInstance, Snapshot
 from gputui.ui import layout as layouts
 from gputui.ui.canvas import Cell, CellCanvas, Line
 from gputui.ui.layout import AUTO, LABEL, Field, GpuLayout, Segment, fit_fields
@@ -24,6 +28,11 @@ from gputui.units import NA
 
 FULL_LINES = 3  # a pane with one-row sparklines: summary, util, mem
 PANE_NAME = 22
+# The instance column of a MIG GPU's pane: "MIG 1/0 3g.40gb  mem 12.1/39.2G util n/a" on a wide pane,
+# "1/0 3g.40gb  12.1/39G  n/a" on a narrower one (two columns of panes); none below MIG_NARROW_PANE.
+MIG_WIDE, MIG_NARROW = 44, 28
+MIG_WIDE_PANE, MIG_NARROW_PANE = 110, 60
+MIG_CELL = 20  # "13/0 1g.10gb 0/10G": an instance when more than one share a row
 CHROME_ROWS = 6  # header (2), the panes' bottom margin, the table's header, status line, key bar
 # Most telling first: two thermal reasons must not be the ones a narrow line loses.
 _REASONS = {
@@ -261,6 +270,8 @@ class GpuPanes(CellCanvas):
     def _pane(self, g: GpuSample, track: _Track | None, width: int) -> list[Line]:
         p = self.palette
         rows = self.gpu_layout.spark_rows
+        mig_w = _mig_column(g, width)
+        mig_rows = self._mig_rows(g, 2 * rows, mig_w - 1) if mig_w else []
         # Both columns of panes line up: the name's room comes from the first column's width.
         name_w = max(4, min(PANE_NAME, self._names, self.gpu_layout.column_widths[0] // 4))
         title = self._title(g, name_w)
@@ -280,7 +291,7 @@ class GpuPanes(CellCanvas):
             return [head] + [Line() for _ in range(2 * rows)]
         for text, style in fit_fields((Field.of(0, title), *self.fields(g)), width, p.dim):
             head.add(text, style)
-        spark_w = max(1, width - LABEL)
+        spark_w = max(1, width - LABEL - mig_w)
         out = [head]
         for label, series, style_for in (
             ("util", track.util if track else None, p.util_style(self._busy(g))),
@@ -295,6 +306,65 @@ class GpuPanes(CellCanvas):
                 line = Line().add(f"    {label:<4}" if r == 0 else " " * LABEL, p.dim)
                 line.cells.extend(cells_)
                 out.append(line)
+        for k, segments in enumerate(mig_rows):  # beside the sparklines, one instance a row
+            line = out[1 + k].pad_to(LABEL + spark_w).add(" ")
+            for text, style in segments:
+                line.add(text, style)
+        return out
+
+    def _mig_rows(self, g: GpuSample, rows: int, width: int) -> list[list[Segment]]:
+        """A MIG GPU's instances for the pane's column, at most `rows`; the last says how many more."""
+        p = self.palette
+        if not g.mig:
+            return [[(cells.pad("MIG on: no instances", width), p.dim)]]
+        per_row = (width + 1) // (MIG_CELL + 1)
+        if len(g.mig) > rows and per_row > 1:
+            return self._mig_packed(g, rows, width, per_row)
+        shown = list(g.mig) if len(g.mig) <= rows else list(g.mig[: rows - 1])
+        wide = width >= MIG_WIDE - 1
+        out = []
+        for m in shown:
+            pct = 100.0 * m.mem_used / m.mem_total if m.mem_used is not None and m.mem_total else None
+            name = (
+                f"MIG {m.gpu_instance}/{m.compute_instance} "
+                if wide
+                else f"{m.gpu_instance}/{m.compute_instance} "
+            )
+            mem = _mig_mem(m, wide)
+            segs: list[Segment] = [
+                (name, p.dim),
+                (cells.pad(m.profile or NA, 10), p.plain),
+                (" mem " if wide else " ", p.dim),
+                (mem, p.mem_style(pct)),
+                (" util " if wide else " ", p.dim),
+                (_pct(m.util) if m.util is not None else f"{NA:>4}", p.plain),
+            ]
+            out.append(_cut_to(segs, width))
+        if len(g.mig) > len(shown):
+            out.append([(cells.pad(f"+{len(g.mig) - len(shown)} more MIG instances", width), p.dim)])
+        return out
+
+    def _mig_packed(self, g: GpuSample, rows: int, width: int, per_row: int) -> list[list[Segment]]:
+        """More instances than rows: several a row, ids, profile and memory (and utilization if known)."""
+        p = self.palette
+        room = rows * per_row
+        shown = list(g.mig) if len(g.mig) <= room else list(g.mig[: room - 1])
+        cells_: list[list[Segment]] = []
+        for m in shown:
+            pct = 100.0 * m.mem_used / m.mem_total if m.mem_used is not None and m.mem_total else None
+            mem = _mig_mem(m, False).strip() + (f" {m.util}%" if m.util is not None else "")
+            ids = f"{m.gpu_instance}/{m.compute_instance} "
+            cells_.append(
+                _cut_to([(ids, p.dim), (f"{m.profile or NA} ", p.plain), (mem, p.mem_style(pct))], MIG_CELL)
+            )
+        if len(g.mig) > len(shown):
+            cells_.append([(cells.pad(f"+{len(g.mig) - len(shown)} more", MIG_CELL), p.dim)])
+        out = []
+        for start in range(0, len(cells_), per_row):
+            row: list[Segment] = []
+            for k, cell in enumerate(cells_[start : start + per_row]):
+                row += ([(" ", p.dim)] if k else []) + cell
+            out.append(_cut_to(row, width))
         return out
 
     def _gpu_line(self, g: GpuSample, track: _Track | None) -> Line:
@@ -355,6 +425,9 @@ class GpuPanes(CellCanvas):
             Field.of(1, ("  ", p.dim), (_num(g.temperature, "°C", 3), p.temp_style(g.temperature))),
             Field(2, tuple((("  ", p.dim), (text, p.power_style(g))) for text in _power(g))),
         ]
+        if g.mig_mode:  # steady, so among the first; the instances themselves are beside the sparklines
+            n = len(g.mig)
+            out.append(Field.of(5, ("  MIG ", p.dim), (f"{n} instance{'s' if n != 1 else ''}", p.plain)))
         if g.fan is not None:
             out.append(Field.of(6, ("  FAN ", p.dim), (f"{g.fan:>3}%", p.plain)))
         out.append(Field.of(7, ("  SM ", p.dim), (_num(g.sm_clock, " MHz", 4), p.plain)))
@@ -404,7 +477,62 @@ class GpuPanes(CellCanvas):
             out.append(Field.of(4, (" ⚠", p.warning)))
         if g.enc_util or g.dec_util:
             out.append(Field.of(5, (f" ENC{_pct(g.enc_util)} DEC{_pct(g.dec_util)}", p.plain)))
+        if g.mig_mode:
+            out.insert(0, _mig_summary(g, p))  # first: what a one-line MIG GPU is made of
         return out
+
+
+def _mig_column(g: GpuSample, width: int) -> int:
+    """Cells of a MIG GPU's instance column in a pane `width` wide (with its leading space); 0: none."""
+    if not g.mig_mode:
+        return 0
+    if width >= MIG_WIDE_PANE:
+        return MIG_WIDE
+    return MIG_NARROW if width >= MIG_NARROW_PANE else 0
+
+
+def _mig_mem(m: MigInstance, wide: bool) -> str:
+    if m.mem_used is None or m.mem_total is None:
+        return f"{NA:>10}" if wide else f"{NA:>7}"
+    used, total = m.mem_used / 2**30, m.mem_total / 2**30
+    return f"{used:>4.1f}/{total:.1f}G" if wide else f"{used:>2.0f}/{total:.0f}G".rjust(7)
+
+
+def _busiest(g: GpuSample) -> MigInstance | None:
+    """The instance with the highest utilization where the driver reports it, else the fullest memory."""
+
+    def load(m: MigInstance) -> tuple[float, float]:
+        mem = m.mem_used / m.mem_total if m.mem_used is not None and m.mem_total else -1.0
+        return (m.util if m.util is not None else -1.0, mem)
+
+    return max(g.mig, key=load, default=None)
+
+
+def _mig_summary(g: GpuSample, p: Palette) -> Field:
+    """A one-line MIG GPU: ` 3 MIG (1/0 3g.40gb 31G)` (the busiest), then ` 3 MIG` when the line is short."""
+    busiest = _busiest(g)
+    count = f" {len(g.mig)} MIG"
+    if busiest is None:
+        return Field.of(3, (count, p.plain))
+    used = f" {busiest.mem_used / 2**30:.0f}G" if busiest.mem_used is not None else ""
+    label = f" ({busiest.gpu_instance}/{busiest.compute_instance} {busiest.profile or NA}{used})"
+    return Field(3, (((count, p.plain), (label, p.dim)), ((count, p.plain),)))
+
+
+def _cut_to(segments: list[Segment], width: int) -> list[Segment]:
+    """Segments filling exactly `width` cells: cut at the right (with …), or padded."""
+    out: list[Segment] = []
+    room = width
+    for text, style in segments:
+        w = cells.width(text)
+        if w > room:
+            out.append((cells.cut(text, room), style))
+            return out
+        out.append((text, style))
+        room -= w
+    if room:
+        out.append((" " * room, segments[-1][1] if segments else None))
+    return out
 
 
 def _pct(v: float | None) -> str:

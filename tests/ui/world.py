@@ -48,6 +48,8 @@ def _row(gp: GpuProcess) -> ProcessRow:
         create_time=START - 5400 - gp.gpu,
         state="running",
         ppid=LAUNCHER,
+        gpu_instance=gp.gpu_instance,
+        compute_instance=gp.compute_instance,
     )
 
 
@@ -114,12 +116,14 @@ def snapshots(
     unaccounted: bool = False,
     workers: int = 2,
     holding: bool = False,
+    mig: bool = False,
 ) -> list[Snapshot]:
     """`seconds` + 1 snapshots, one a second, of a job that has been running for a while, each rank with
     `workers` DataLoader workers; `holding`: the workers hold their rank's device file (forked after CUDA
     started, as real ones are), so they are rows of class worker. With `unaccounted`, GPU 0 has 1.5 GiB that
-    no process accounts for (the demo's leak), which adds a row."""
-    demo = DemoSource(gpus=gpus, seed=0)
+    no process accounts for (the demo's leak), which adds a row. With `mig`, GPU 0 is MIG-enabled (the
+    demo's MIG_LAYOUT) and its trainer runs in instance 1/0."""
+    demo = DemoSource(gpus=gpus, seed=0, mig=mig)
     demo.ghost_pid = GHOST
     pids = [trainer_pid(g) for g in range(gpus)]
     hosts = _hosts(gpus, workers)
@@ -185,8 +189,9 @@ def sampler(
     unaccounted: bool = False,
     workers: int = 2,
     holding: bool = False,
+    mig: bool = False,
 ) -> tuple[ReplaySampler, list[Snapshot]]:
     """A ReplaySampler whose first `history` snapshots are meant to be put into the app's History
     before it starts (see `make_app`), so sparklines have five minutes behind them at once."""
-    snaps = snapshots(gpus, seconds, weird, unaccounted, workers, holding)
+    snaps = snapshots(gpus, seconds, weird, unaccounted, workers, holding, mig)
     return ReplaySampler(snaps[history:]), snaps[:history]
