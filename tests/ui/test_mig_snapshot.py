@@ -130,3 +130,26 @@ def test_hostile_profile_text_is_made_printable() -> None:
     for text, style in row:
         line.add(text, style)
     assert all(ch.isprintable() for ch, _ in line.cells) and len(line.cells) == 43
+
+
+def test_the_demo_with_mig_splits_gpu_0_and_places_its_trainer() -> None:
+    from gputui.collect.demo import DemoSource
+
+    reading = DemoSource(gpus=2, seed=0, mig=True).reading_at(600.0, True, [4101, 4111])
+    g0, g1 = reading.gpus
+    assert g0.mig_mode and [(m.gpu_instance, m.profile) for m in g0.mig] == [
+        (1, "3g.40gb"),
+        (5, "2g.20gb"),
+        (13, "1g.10gb"),
+    ]
+    assert g0.util_gpu is None and all(m.util is None for m in g0.mig)  # as NVML on a MIG GPU
+    assert all(
+        m.mem_used is not None and m.mem_total is not None and m.mem_used <= m.mem_total for m in g0.mig
+    )
+    trainer = next(p for p in reading.processes if p.pid == 4101)
+    assert (trainer.gpu_instance, trainer.compute_instance, trainer.sm_util) == (1, 0, None)
+    assert trainer.used_memory is not None and trainer.used_memory <= MIG_LAYOUT[0][3]
+    assert (g1.mig_mode, g1.mig) == (False, ()) and g1.util_gpu is not None
+    plain = DemoSource(gpus=2, seed=0).reading_at(600.0, True, [4101, 4111])
+    assert plain.gpus[0].mig == () and plain.gpus[0].mig_mode is False
+    assert all(p.gpu_instance is None for p in plain.processes)
