@@ -683,6 +683,7 @@ BUDGETS = (
         ("holders", "plain_scan_ms_median"),
     ),
     ("agent poll ms (worst), 16 agents of which 8 stopped", ("agent_poll", "poll_ms_max_with_stopped"), 165),
+    ("owner lookup steady tick ms (1000 processes)", ("owners", "steady_tick_ms_median"), 1),
 )
 
 
