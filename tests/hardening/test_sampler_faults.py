@@ -366,9 +366,10 @@ def _fail(*names: str) -> Callable[[FakeNvml, int, int], None]:
 FIELD_FAULTS: dict[str, tuple[Callable[[FakeNvml, int, int], None], tuple[str, ...]]] = {
     "utilization": (_fail("nvmlDeviceGetUtilizationRates"), ("util_gpu", "util_mem")),
     "memory": (_fail("nvmlDeviceGetMemoryInfo"), ("mem_total", "mem_used", "mem_reserved")),
-    # The batched field read failing falls back to nvmlDeviceGetPowerUsage; both failing: no power.
+    # The batched field read failing falls back to nvmlDeviceGetPowerUsage and
+    # nvmlDeviceGetTotalEnergyConsumption; all failing: no power, no energy.
     "power": (
-        _fail("nvmlDeviceGetFieldValues", "nvmlDeviceGetPowerUsage"),
+        _fail("nvmlDeviceGetFieldValues", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption"),
         ("power", "power_limit", "energy", "pcie_tx", "pcie_rx"),
     ),
     "energy field": (_fail_fields(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION), ("energy",)),
