@@ -321,6 +321,12 @@ def _doctor_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pid", type=argtypes.pid, help="also examine this process")
     p.add_argument("--python", metavar="PATH", help="the Python to ask about PyTorch (default: this one)")
     p.add_argument("--json", action="store_true", help="the checks as JSON, for scripts")
+    p.add_argument(
+        "--devices-dir",
+        type=argtypes.directory,
+        metavar="DIR",
+        help="where the nvidia device files are (default /dev): a driver container's, for --pid",
+    )
     p.set_defaults(handler=commands.doctor)
 
 

@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -165,7 +164,7 @@ def record(args: argparse.Namespace) -> int:
     """`gputui record FILE`: snapshots as JSON Lines (or CSV) until --duration, Ctrl-C or SIGTERM.
     Exit 0: done; 1: writing failed on the way (a full disk, a closed pipe); 2: could not start."""
     from gputui.collect.sampler import Sampler
-    from gputui.record import Recorder, RecordError
+    from gputui.record import Recorder, RecordError, late_note, record_paced
 
     path = None if args.file == "-" else Path(args.file)
     if path is None and args.max_size:
@@ -179,20 +178,23 @@ def record(args: argparse.Namespace) -> int:
     except RecordError as err:
         say("gputui record", str(err))
         return 2
-    end = time.monotonic() + args.duration if args.duration else None
+    late = ""
     try:
         with Sampler(make_source(args), devices_dir=args.devices_dir) as sampler:
-            while end is None or time.monotonic() < end:
-                recorder.write(sampler.tick())
-                wait = args.interval if end is None else min(args.interval, end - time.monotonic())
-                if wait > 0:
-                    time.sleep(wait)
+            pacer = record_paced(
+                recorder,
+                sampler.tick,
+                args.interval,
+                args.duration or None,
+                warn=lambda line: say("gputui record", line),
+            )
+            late = late_note(pacer)
     except RecordError as err:
         say("gputui record", f"{err} (after {recorder.written} snapshots)")
         return 1
     finally:
         recorder.close()
-    say("gputui record", f"{recorder.written} snapshots {'in' if path else 'to'} {recorder.where}")
+    say("gputui record", f"{recorder.written} snapshots {'in' if path else 'to'} {recorder.where}{late}")
     return 0
 
 
@@ -314,7 +316,7 @@ def doctor(args: argparse.Namespace) -> int:
     from gputui.doctor.run import diagnose
 
     try:
-        checks = diagnose(pid=args.pid, python=python)
+        checks = diagnose(pid=args.pid, python=python, devices_dir=args.devices_dir)
     except NoSuchProcess as err:
         say("gputui doctor", printable(str(err)))  # it may quote a process's name: another user's text
         return report.EXIT_CANNOT_RUN

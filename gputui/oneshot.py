@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gputui import __version__, cells
-from gputui.collect.classify import SUSPICIOUS
+from gputui.collect.classify import SUSPICIOUS, UNACCOUNTED_MIN
 from gputui.model import GpuSample, ProcessRow, Snapshot
 from gputui.units import NA, fmt_bytes, fmt_num, fmt_pct, printable
 
@@ -150,7 +150,7 @@ def render(snap: Snapshot, width: int | None = None) -> str:
             lines.append(process_header(width))
         lines.extend(process_line(p, width) for p in procs)
         extra = snap.unaccounted_memory.get(g.index)
-        if extra:
+        if extra is not None and extra >= UNACCOUNTED_MIN:  # the TUI's threshold: the same rows
             lines.append(
                 f"    {'':>7} {'unaccounted':<14} {fmt_bytes(extra):>10}  (used by no listed process)"
             )

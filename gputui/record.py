@@ -11,13 +11,14 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
 from gputui import schema_check
+from gputui.collect.pace import Pacer
 from gputui.jsonout import schema, snapshot_from_dict, snapshot_to_dict
 from gputui.model import Snapshot
 from gputui.units import fmt_bytes, printable
@@ -207,6 +208,42 @@ class Recorder:
         if fd is not None and not self.to_stdout:
             with contextlib.suppress(OSError):  # every record went out whole with os.write already
                 os.close(fd)
+
+
+def record_paced(
+    recorder: Recorder,
+    tick: Callable[[], Snapshot],
+    interval: float,
+    duration: float | None = None,
+    warn: Callable[[str], None] = lambda _line: None,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Pacer:
+    """Samples written every `interval` seconds on a steady schedule (not interval + sampling time) for
+    `duration` seconds or until interrupted. The first sample that takes longer than the interval is
+    said once, through `warn`; its Pacer counts them all (`late`, `skipped`) for the closing line."""
+    pacer = Pacer(interval, monotonic)
+    end = None if duration is None else monotonic() + duration
+    while end is None or monotonic() < end:
+        recorder.write(tick())
+        wait = pacer.delay_after_sample()
+        if pacer.last_late and pacer.late == 1:
+            warn(f"{pacer.describe_late()} (said once; the closing line counts them)")
+        if end is not None:
+            wait = min(wait, end - monotonic())
+        if wait > 0:
+            sleep(wait)
+    return pacer
+
+
+def late_note(pacer: Pacer) -> str:
+    """What the closing line adds when sampling fell behind its schedule; "" when it kept it."""
+    if not pacer.late:
+        return ""
+    return (
+        f" ({pacer.late} samples took longer than the {pacer.interval:g} s interval; "
+        f"{pacer.skipped} were skipped)"
+    )
 
 
 # Bounds on reading a recording, which may come from anyone: a line longer than MAX_LINE is skipped

@@ -14,11 +14,15 @@ NVML_ONLY = "nvml-only"  # NVML lists it, this PID namespace cannot see it (a co
 NO_PERMISSION = "no-permission"  # its /proc/PID/fd is not readable: the device files it holds are unknown
 
 SUSPICIOUS = frozenset({DEFUNCT, STUCK, ORPHAN, UNSEEN, NVML_ONLY, NO_PERMISSION})
-# Parents that adopt orphans: init, and the usual container inits and subreapers.
+# Parents known to adopt orphans, by name: only a hint on top of what /proc says (Facts.adopted), which
+# recognises any adopter.
 SUBREAPERS = frozenset(
     {"systemd", "init", "tini", "dumb-init", "docker-init", "catatonit", "s6-svscan", "runsv", "supervisord"}
 )
 IDLE_NOTE_S = 60.0
+# Used memory of a GPU that no listed process accounts for, below which it is the driver's own
+# bookkeeping and not worth a row: the TUI's table and `--once` both use it.
+UNACCOUNTED_MIN = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,9 @@ class Facts:
     parent_on_gpu: bool
     idle_s: float | None  # seconds at 0 % CPU, when known
     hidden_by: str | None = None  # "hidepid=2": /proc hides other users' processes from this user
+    # Why its parent cannot be the one that started it, from /proc (procs.adoption): "its parent started
+    # after it", "its process group's leader 4121 has exited", ...; None: nothing says so.
+    adopted: str | None = None
 
 
 def _short(devices: tuple[str, ...]) -> str:
@@ -59,10 +66,15 @@ def classify(f: Facts) -> tuple[str, str]:
     # A GPU process adopted by init is usually just detached (nohup, a service); a device holder that
     # NVML does not list and whose parent is gone is the classic leftover data-loader worker.
     orphaned = (
-        holds and not f.on_nvml and (f.ppid in (0, 1) or f.parent_name is None or f.parent_name in SUBREAPERS)
+        holds
+        and not f.on_nvml
+        and (
+            f.ppid in (0, 1) or f.parent_name is None or f.parent_name in SUBREAPERS or f.adopted is not None
+        )
     )
     if orphaned:
-        notes.append(f"parent gone (now {f.ppid}{' ' + f.parent_name if f.parent_name else ''})")
+        why = f": {f.adopted}" if f.adopted else ""
+        notes.append(f"parent gone (now {f.ppid}{' ' + f.parent_name if f.parent_name else ''}{why})")
     if holds and not f.on_nvml:
         notes.append("not in NVML's list")
     if f.idle_s is not None and f.idle_s >= IDLE_NOTE_S:

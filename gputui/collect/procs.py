@@ -38,6 +38,8 @@ class HostInfo:
     ppid: int | None
     ns_pid: int | None = None
     idle_s: float | None = None  # seconds it has been at 0 % CPU
+    pgid: int | None = None  # its process group (0: a group outside this PID namespace)
+    start_ticks: int | None = None  # clock ticks after boot it started: older and younger, exactly
 
 
 # What a row says of a process the host cannot see (another PID namespace, or gone): nothing.
@@ -107,6 +109,7 @@ class _Stat:
     cpu_ticks: int  # user + system time
     start_ticks: int  # since boot: with the PID, the identity of a process
     rss: int
+    pgid: int = 0  # its process group; 0: unknown, or outside this PID namespace
 
 
 _UNREADABLE = "unreadable"  # /proc/PID/stat exists but is not ours to read (/proc mounted hidepid=1)
@@ -130,6 +133,7 @@ def _read_stat(pid: int) -> _Stat | str | None:
             int(rest[11]) + int(rest[12]),
             int(rest[19]),
             int(rest[21]) * _PAGE_SIZE,
+            int(rest[2]),
         )
     except (IndexError, ValueError):
         return None
@@ -201,10 +205,12 @@ class ProcessJoiner:
         info: Callable[[int], HostInfo | None],
         on_nvml: set[int],
     ) -> list[ProcessRow | None]:
-        """Zombies whose parent is on a GPU: the parent is not reaping its children (its workers?)."""
+        """Zombies whose parent is on a GPU: the parent is not reaping its children (its workers?). One
+        that NVML lists, or that holds a device, has its row already: not a second one."""
         gpu_of = {r.pid: r.gpu for r in rows if r is not None and r.visible}
+        listed = {r.pid for r in rows if r is not None}
         out: list[ProcessRow | None] = []
-        for pid in sorted(holders.zombies):
+        for pid in sorted(holders.zombies - listed):
             host = info(pid)
             if host is not None and host.ppid in gpu_of:
                 out.append(self._row(gpu_of[host.ppid], pid, None, info, holders, on_nvml))
@@ -230,7 +236,8 @@ class ProcessJoiner:
         elif pid in holders.holders:
             devices = holders.holders[pid].devices
         else:
-            devices = None if pid in holders.unreadable else ()
+            # Not visible here: what it holds is unknown (null in --json), not nothing.
+            devices = None if host is None or pid in holders.unreadable else ()
         parent = info(host.ppid) if host is not None and host.ppid and devices else None
         category, reason = classify(
             Facts(
@@ -243,6 +250,8 @@ class ProcessJoiner:
                 parent_on_gpu=host is not None and host.ppid in on_nvml,
                 idle_s=host.idle_s if host else None,
                 hidden_by=self.hidden_by,
+                # Only a holder NVML does not list can be an orphan: the reads are not spent on others.
+                adopted=adoption(host, parent) if host is not None and devices and not kinds else None,
             )
         )
         known = host if host is not None else _UNKNOWN_HOST
@@ -335,6 +344,8 @@ class ProcessJoiner:
             ppid=stat.ppid,
             ns_pid=known.ns_pid,
             idle_s=None if known.idle_since is None else now - known.idle_since,
+            pgid=stat.pgid,
+            start_ticks=stat.start_ticks,
         )
 
     @staticmethod
@@ -372,6 +383,33 @@ class ProcessJoiner:
             return None
         self._known[pid] = known
         return known
+
+
+def adoption(host: HostInfo, parent: HostInfo | None) -> str | None:
+    """Why /proc shows that `host`'s parent is not the one that started it (it was reparented to init or
+    a subreaper, whatever its name); None when nothing shows it. `parent`: its parent's HostInfo.
+
+    - its parent is the init of a PID namespace (a container's PID 1: `python3`, `bash`, `sleep`...),
+      which adopts the namespace's orphans;
+    - its parent started after it: no process is forked by a younger one;
+    - its process group's leader has exited and its parent is of another group: the job it was started
+      in is gone (a process group's id is not reused while the group has members, so an absent leader
+      is the group's own). Not shown: an orphan still in its adopter's group with an adopter older than
+      it (a subreaper that spawned the whole job in its own group)."""
+    if parent is None:
+        return None
+    if parent.ns_pid == 1:
+        return "its parent is the init of a PID namespace (a container's), which adopts orphans"
+    if (
+        parent.start_ticks is not None
+        and host.start_ticks is not None
+        and parent.start_ticks > host.start_ticks
+    ):
+        return "its parent started after it"
+    pgid = host.pgid
+    if pgid and parent.pgid is not None and pgid != parent.pgid and _read_stat(pgid) is None:
+        return f"the leader of its process group, {pgid}, has exited"
+    return None
 
 
 def device_files(pid: int, devices_dir: Path) -> tuple[str, ...] | None:

@@ -2,8 +2,9 @@
 
 CUDA's rules: ids in CUDA_VISIBLE_DEVICES are read left to right and the first one that matches no GPU
 ends the list (what follows it is ignored); an id is an ordinal in CUDA's order or a (prefix of a) GPU
-or MIG UUID. CUDA's order is "fastest first" unless CUDA_DEVICE_ORDER=PCI_BUS_ID, while nvidia-smi and
-NVML number GPUs in PCI bus order.
+or MIG UUID: `MIG-<uuid>`, or the older `MIG-GPU-<gpu uuid>/<GPU instance>/<compute instance>`. CUDA's
+order is "fastest first" unless CUDA_DEVICE_ORDER=PCI_BUS_ID, while nvidia-smi and NVML number GPUs in
+PCI bus order.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from gputui.doctor.facts import GpuFact
 from gputui.doctor.report import Check, ok, problem, warning
+from gputui.model import MigInstance
 
 PCI_ORDER = "PCI_BUS_ID"
 FASTEST_FIRST = "FASTEST_FIRST"
@@ -45,27 +47,71 @@ class Visible:
     selected: tuple[GpuFact, ...]  # in CUDA's numbering: selected[0] is cuda:0
     stopped_at: str | None = None  # the first id that matches no GPU; it and the rest are ignored
     ignored: tuple[str, ...] = ()
-    mig: tuple[str, ...] = ()  # MIG ids (not resolved against MIG instances here)
+    mig: tuple[str, ...] = ()  # MIG ids
     repeated: tuple[str, ...] = ()
+    # What each of `mig` names ("MIG 3g.40gb (GPU instance 1, compute instance 0) on NVML GPU 0"); None:
+    # not checked (the GPUs' MIG instances are not known)
+    mig_named: tuple[str | None, ...] = ()
 
 
 def parse_visible(value: str, order: list[GpuFact]) -> Visible:
     selected: list[GpuFact] = []
     mig: list[str] = []
+    named: list[str | None] = []
     repeated: list[str] = []
+    # A MIG id is judged only when every MIG-enabled GPU's instances are known (NVML listed them).
+    known = any(g.mig_instances for g in order) and all(g.mig_instances for g in order if g.mig)
     ids = [part.strip() for part in value.split(",")]
     for i, item in enumerate(ids):
-        gpu = _match(item, order)
         if item.startswith("MIG-"):
-            mig.append(item)
-            continue
+            found = _match_mig(item, order)
+            if found is not None or not known:
+                mig.append(item)
+                named.append(_mig_name(*found) if found is not None else None)
+                continue
+            gpu = None  # names no MIG instance there is: it ends the list, as an unknown GPU id does
+        else:
+            gpu = _match(item, order)
         if gpu is None:
-            return Visible(tuple(selected), item, tuple(ids[i + 1 :]), tuple(mig), tuple(repeated))
+            return Visible(
+                tuple(selected), item, tuple(ids[i + 1 :]), tuple(mig), tuple(repeated), tuple(named)
+            )
         if gpu in selected:
             repeated.append(item)
             continue
         selected.append(gpu)
-    return Visible(tuple(selected), mig=tuple(mig), repeated=tuple(repeated))
+    return Visible(tuple(selected), mig=tuple(mig), repeated=tuple(repeated), mig_named=tuple(named))
+
+
+def _match_mig(item: str, order: list[GpuFact]) -> tuple[GpuFact, MigInstance] | None:
+    """The instance a MIG id names: `MIG-GPU-<gpu uuid>/<gi>/<ci>` (the form of older drivers) or
+    `MIG-<uuid>` (or a unique prefix of one, as for GPUs)."""
+    if item.startswith("MIG-GPU-"):
+        gpu_uuid, _, rest = item[len("MIG-") :].partition("/")
+        gi, _, ci = rest.partition("/")
+        if not (gi.isdigit() and ci.isdigit()):
+            return None
+        return next(
+            (
+                (g, m)
+                for g in order
+                if g.uuid == gpu_uuid
+                for m in g.mig_instances
+                if (m.gpu_instance, m.compute_instance) == (int(gi), int(ci))
+            ),
+            None,
+        )
+    if len(item) <= len("MIG-"):
+        return None
+    found = [(g, m) for g in order for m in g.mig_instances if m.uuid and m.uuid.startswith(item)]
+    return found[0] if len(found) == 1 else None  # a prefix matching two instances is invalid
+
+
+def _mig_name(gpu: GpuFact, m: MigInstance) -> str:
+    return (
+        f"MIG {m.profile or 'instance'} (GPU instance {m.gpu_instance}, compute instance "
+        f"{m.compute_instance}) on NVML GPU {gpu.index}"
+    )
 
 
 def _match(item: str, order: list[GpuFact]) -> GpuFact | None:
@@ -121,8 +167,10 @@ def visible_devices(env: Mapping[str, str], gpus: tuple[GpuFact, ...], whose: st
             "list each GPU once",
         )
     parts = [_names(seen.selected)] if seen.selected else []
-    if seen.mig:
-        parts.append(f"MIG instances {', '.join(seen.mig)} (not checked)")
+    unchecked = [m for m, name in zip(seen.mig, seen.mig_named, strict=True) if name is None]
+    parts += [f"{m} = {name}" for m, name in zip(seen.mig, seen.mig_named, strict=True) if name is not None]
+    if unchecked:
+        parts.append(f"MIG instances {', '.join(unchecked)} (not checked)")
     return ok("cuda", f"{name}={value}: {'; '.join(parts)}")
 
 

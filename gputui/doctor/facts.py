@@ -14,7 +14,7 @@ import pynvml
 
 from gputui.collect.nvml import NvmlSource
 from gputui.collect.source import SourceUnavailable
-from gputui.model import GpuProcess
+from gputui.model import GpuProcess, MigInstance
 
 _MODULE_VERSION = re.compile(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d+(?:\.\d+)+)")
 
@@ -30,6 +30,8 @@ class GpuFact:
     mig: bool | None = None
     capability: tuple[int, int] | None = None  # CUDA compute capability, e.g. (9, 0)
     sm_clock_max: int | None = None
+    # Its MIG instances with their MIG-... UUIDs (GpuSample.mig): what CUDA_VISIBLE_DEVICES's MIG ids name.
+    mig_instances: tuple[MigInstance, ...] = ()
 
     @property
     def label(self) -> str:
@@ -91,8 +93,9 @@ def _capability(index: int) -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
-def device_access(root: Path, minors: list[int]) -> dict[str, str]:
-    dev = root / "dev"
+def device_access(root: Path, minors: list[int], dev: Path | None = None) -> dict[str, str]:
+    """`dev`: where the device files are (doctor --devices-dir); root/dev by default."""
+    dev = dev or root / "dev"
     names = ["nvidiactl", "nvidia-uvm", *(f"nvidia{m}" for m in minors)]
     if not minors:
         names += sorted(p.name for p in dev.glob("nvidia[0-9]*"))
@@ -107,8 +110,12 @@ def device_access(root: Path, minors: list[int]) -> dict[str, str]:
     return out if any(state != "missing" for state in out.values()) else {}
 
 
-def gather(root: Path = Path("/"), maps: Path = Path("/proc/self/maps")) -> SystemFacts:
+def gather(
+    root: Path = Path("/"), maps: Path = Path("/proc/self/maps"), devices_dir: Path | None = None
+) -> SystemFacts:
+    """`devices_dir`: where the nvidia device files are, when not in root/dev (doctor --devices-dir)."""
     module = kernel_module(root)
+    dev = devices_dir or root / "dev"
     try:
         pynvml.nvmlInit()
     except (pynvml.NVMLError, OSError) as err:
@@ -119,10 +126,10 @@ def gather(root: Path = Path("/"), maps: Path = Path("/proc/self/maps")) -> Syst
             nvml_error=kind,
             nvml_error_text=str(err),
             library_candidates=candidates,
-            device_files=device_access(root, []),
+            device_files=device_access(root, [], dev),
         )
     try:
-        source = NvmlSource(devices_dir=root / "dev")
+        source = NvmlSource(devices_dir=dev)
         try:
             info = source.open()
             reading = source.read(slow=True)
@@ -132,7 +139,7 @@ def gather(root: Path = Path("/"), maps: Path = Path("/proc/self/maps")) -> Syst
                 nvml_error="other",
                 nvml_error_text=str(err),
                 library=loaded_library(maps),
-                device_files=device_access(root, []),
+                device_files=device_access(root, [], dev),
             )
         finally:
             source.close()
@@ -147,6 +154,7 @@ def gather(root: Path = Path("/"), maps: Path = Path("/proc/self/maps")) -> Syst
                 g.mig_mode,
                 None if g.lost else _capability(g.index),
                 g.sm_clock_max,
+                g.mig,
             )
             for g in reading.gpus
         )
@@ -158,7 +166,7 @@ def gather(root: Path = Path("/"), maps: Path = Path("/proc/self/maps")) -> Syst
             cuda_version=info.cuda_driver_version,
             gpus=gpus,
             processes=reading.processes,
-            device_files=device_access(root, minors),
+            device_files=device_access(root, minors, dev),
         )
     finally:
         with contextlib.suppress(pynvml.NVMLError):

@@ -19,7 +19,7 @@ from gputui.doctor import checks_cuda
 from gputui.doctor.facts import SystemFacts
 from gputui.doctor.report import Check, ok, problem, warning
 from gputui.model import AgentReport
-from gputui.units import fmt_bytes, fmt_duration
+from gputui.units import fmt_bytes, fmt_duration, printable
 
 IDLE_AFTER_S = 120.0  # at 0 % this long while holding memory: idle
 INPUT_BOUND = 0.5  # share of step time waiting for data
@@ -42,6 +42,7 @@ class ProcessFacts:
     wait_share: float | None = None  # from the gputui agent in the process, if it runs one
     # Whether gputui could attach its agent (only asked, never done); None: its agent answers already.
     attach: attaching.Plan | attaching.Refusal | None = None
+    devices_dir: Path | None = None  # where its device files were looked for
 
 
 def gather(
@@ -86,6 +87,7 @@ def gather(
         reason=worst.reason if worst else "",
         wait_share=report.progress.data_wait_share if report is not None and report.ok else None,
         attach=None if answers else (attachable or attaching.check)(pid),
+        devices_dir=devices_dir,
     )
 
 
@@ -182,6 +184,17 @@ def _devices(p: ProcessFacts, who: str) -> Check:
     if p.devices is None:
         return warning(
             "process", f"{who}: its open files are not readable", "run the doctor as its user or root"
+        )
+    used = sorted(gpu for gpu, m in p.memory.items() if m)
+    if not p.devices and used:
+        # It has a context: it opened its device files, just not under the directory looked in.
+        where = printable(f"{p.devices_dir}/nvidia*") if p.devices_dir is not None else "the device directory"
+        return warning(
+            "process",
+            f"{who} holds no {where} file, yet NVML lists GPU memory for it (GPU "
+            f"{', '.join(map(str, used))}): its device files are elsewhere",
+            "name where they are with `gputui doctor --devices-dir DIR` (a container's own /dev, "
+            "a driver container's /run/nvidia/driver/dev)",
         )
     if not p.devices:
         return problem(

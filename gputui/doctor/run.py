@@ -20,12 +20,15 @@ def diagnose(
     system: facts.SystemFacts | None = None,
     idle_s: Callable[[dict[int, int | None]], float | None] | None = None,
     seen: tuple[facts.SystemFacts, Path] | None = None,
+    devices_dir: Path | None = None,
 ) -> list[Check]:
     """Every check; raises process.NoSuchProcess when `pid` names no process. The TUI passes what it
     already knows: `idle_s` from its history, and in `seen` its own view of the GPUs and processes with
-    their device directory (the demo's, when it runs on simulated GPUs), for the process checks."""
+    their device directory (the demo's, when it runs on simulated GPUs), for the process checks.
+    `devices_dir`: where the nvidia device files are (doctor --devices-dir); root/dev by default."""
     env = dict(os.environ if env is None else env)
-    system = system or facts.gather(root)
+    if system is None:
+        system = facts.gather(root, devices_dir=devices_dir) if devices_dir else facts.gather(root)
     out = checks_system.driver(system) + checks_system.gpus(system)
     seen_by_cuda: tuple[facts.GpuFact, ...] = ()
     if system.gpus:
@@ -41,7 +44,7 @@ def diagnose(
             def idle_s(memory: dict[int, int | None]) -> float | None:
                 return facts.idle_seconds(sorted(memory), time.time())
 
-        view, devices_dir = seen or (system, root / "dev")
-        p = process.gather(pid, view, devices_dir, idle_s=idle_s)
+        view, where = seen or (system, devices_dir or root / "dev")
+        p = process.gather(pid, view, where, idle_s=idle_s)
         out += process.checks(p, view)
     return out

@@ -57,7 +57,7 @@ def _mib(v: int | None) -> int | None:
 
 
 def _energy_mj(g: GpuSample) -> float | None:
-    return None if g.energy is None else g.energy * 1000.0
+    return None if g.energy is None else round(g.energy * 1000.0)  # whole mJ: no float noise
 
 
 def _mig_free_mib(i: MigInstance) -> int | None:

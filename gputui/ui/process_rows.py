@@ -11,7 +11,7 @@ from rich.console import JustifyMethod
 from rich.style import Style
 from rich.text import Text
 
-from gputui.collect.classify import SUSPICIOUS, WORKER
+from gputui.collect.classify import SUSPICIOUS, UNACCOUNTED_MIN, WORKER
 from gputui.model import HostProcess, Owner, ProcessRow, Snapshot
 from gputui.ui.canvas import PLAIN
 from gputui.ui.command_line import shorten
@@ -246,7 +246,6 @@ def _flat_rows(
     return rows
 
 
-UNACCOUNTED_MIN = 64 << 20  # below this, the driver's own bookkeeping: not worth a row
 NO_JOB = "no job"
 
 
