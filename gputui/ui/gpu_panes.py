@@ -322,19 +322,19 @@ class GpuPanes(CellCanvas):
             return self._mig_packed(g, rows, width, per_row)
         shown = list(g.mig) if len(g.mig) <= rows else list(g.mig[: rows - 1])
         wide = width >= MIG_WIDE - 1
+        # Ids and profiles padded to the longest shown: the memory and utilization columns line up.
+        ids = [f"{m.gpu_instance}/{m.compute_instance}" for m in shown]
+        id_w = max(map(len, ids))
+        profile_w = min(12, max(cells.width(m.profile or NA) for m in shown))
         out = []
-        for m in shown:
+        for m, id_ in zip(shown, ids, strict=True):
             pct = 100.0 * m.mem_used / m.mem_total if m.mem_used is not None and m.mem_total else None
-            name = (
-                f"MIG {m.gpu_instance}/{m.compute_instance} "
-                if wide
-                else f"{m.gpu_instance}/{m.compute_instance} "
-            )
+            name = ("MIG " if wide else "") + id_.ljust(id_w) + " "
             mem = _mig_mem(m, wide)
             segs: list[Segment] = [
                 (name, p.dim),
-                (cells.pad(m.profile or NA, 10), p.plain),
-                (" mem " if wide else " ", p.dim),
+                (cells.pad(m.profile or NA, profile_w), p.plain),
+                ("  mem " if wide else " ", p.dim),
                 (mem, p.mem_style(pct)),
                 (" util " if wide else " ", p.dim),
                 (_pct(m.util) if m.util is not None else f"{NA:>4}", p.plain),
