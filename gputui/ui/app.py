@@ -26,6 +26,7 @@ from gputui.collect import signals
 from gputui.collect.agents import AgentHistory, AgentPoller
 from gputui.collect.dips import DipDetector
 from gputui.collect.history import MAX_AGE_S, History
+from gputui.collect.pace import Pacer
 from gputui.collect.replay import ReplaySampler
 from gputui.collect.sampler import Sampler
 from gputui.collect.signals import Target
@@ -98,6 +99,14 @@ class SamplerFailed(Message):
     def __init__(self, error: str) -> None:
         super().__init__()
         self.error = printable(error)  # shown in a toast and printed at exit: it may quote /proc
+
+
+class SamplingLate(Message):
+    """A sample took longer than the interval (`took`), or, with None, samples keep time again."""
+
+    def __init__(self, took: float | None, text: str) -> None:
+        super().__init__()
+        self.took, self.text = took, text
 
 
 class FilterInput(Input):
@@ -232,6 +241,7 @@ class GpuTuiApp(BaseApp):
         self._awaiting: tuple[int, Timer] | None = None  # attached: its panel opens when its agent shows
         self._row_styles: dict[str, Style] = {}
         self._failing: tuple[str, int] | None = None  # (the sampler's error, failed ticks in a row)
+        self._said_late = False  # a sample longer than the interval: said once (the header keeps saying it)
         self.config_path = config_path
         self.settings = Settings()
         self._may_save = config_path is not None
@@ -328,6 +338,10 @@ class GpuTuiApp(BaseApp):
         except SourceUnavailable as err:
             self.post_message(SamplerFailed(str(err)))
             return
+        # Samples start on a steady schedule: waiting a whole interval after each one made the period
+        # interval + sampling time. A sample longer than the interval is said, in the header and once.
+        pacer = Pacer(self.interval)
+        was_late = False
         while not worker.is_cancelled and not self._stop.is_set():
             if not self.paused:
                 try:
@@ -336,8 +350,20 @@ class GpuTuiApp(BaseApp):
                     self.post_message(SamplerFailed(f"sampling failed: {type(err).__name__}: {err}"))
                 else:
                     self.post_message(SnapshotReady(snap))
-            self._wake.wait(self.interval)
+            delay = pacer.delay_after_sample()
+            if pacer.last_late != was_late:
+                was_late = pacer.last_late
+                self.post_message(SamplingLate(pacer.took if was_late else None, pacer.describe_late()))
+            if self._wake.wait(delay):  # a key, or a new interval: sample now, the schedule from here
+                pacer.restart(self.interval)
             self._wake.clear()
+
+    def on_sampling_late(self, message: SamplingLate) -> None:
+        self.header.took = message.took
+        self.header.redraw()
+        if message.took is not None and not self._said_late:
+            self._said_late = True
+            self.say(message.text, "warning")
 
     def on_sampler_failed(self, message: SamplerFailed) -> None:
         if self.snapshot is None:

@@ -26,7 +26,8 @@ from gputui.units import printable
 def view_of(snap: Snapshot) -> SystemFacts:
     """What the app sees (NVML's, or the demo's simulated GPUs) as the doctor's process checks want it."""
     gpus = tuple(
-        GpuFact(g.index, g.name, g.uuid, g.pci_bus_id, g.minor, g.lost, g.mig_mode) for g in snap.gpus
+        GpuFact(g.index, g.name, g.uuid, g.pci_bus_id, g.minor, g.lost, g.mig_mode, mig_instances=g.mig)
+        for g in snap.gpus
     )
     procs = tuple(
         GpuProcess(p.gpu, p.pid, p.kinds, p.used_memory)

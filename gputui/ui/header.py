@@ -23,6 +23,7 @@ class HeaderBar(CellCanvas):
         super().__init__(id=id)
         self.snapshot: Snapshot | None = None
         self.interval = 1.0
+        self.took: float | None = None  # a sample took longer than the interval: how long
         self.paused = False
         self.note = "starting…"
         self.replay: str | None = None  # "REPLAY 120/3600" when playing a recording
@@ -44,6 +45,8 @@ class HeaderBar(CellCanvas):
         versions.add("  CUDA ", p.dim).add(snap.cuda_driver_version or NA, p.plain)
         clock = Line().add("  ", p.dim).add(time.strftime("%H:%M:%S", time.localtime(snap.time)), p.plain)
         clock.add("  every ", p.dim).add(f"{self.interval:.3g} s", p.plain)
+        if self.took is not None:
+            clock.add(f" (sampling takes {self.took:.2g} s)", p.warning)
         badges = Line()
         if self.paused:
             badges.add("  ").add(" PAUSED ", p.error)
