@@ -28,7 +28,7 @@ NO_DRIVER_HINT = "run `gputui --demo` for simulated GPUs, or `gputui doctor` to 
 ATTACH_TIMEOUT_S = 8.0
 # Source flags are declared once (the parent parser below) and accepted before or after a subcommand;
 # given nowhere, they take these values.
-SOURCE_DEFAULTS = {"demo": False, "demo_gpus": 4, "seed": 0, "devices_dir": None}
+SOURCE_DEFAULTS = {"demo": False, "demo_gpus": 4, "demo_mig": False, "seed": 0, "devices_dir": None}
 EXAMPLES = """\
 examples:
   gputui                        watch this machine's GPUs
@@ -62,6 +62,12 @@ def _source_parent() -> argparse.ArgumentParser:
         metavar="N",
         default=argparse.SUPPRESS,
         help="how many GPUs the demo has (1-16; default 4)",
+    )
+    flags.add_argument(
+        "--demo-mig",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="the demo's GPU 0 is split into MIG instances (3g.40gb, 2g.20gb, 1g.10gb)",
     )
     flags.add_argument(
         "--seed", type=int, metavar="N", default=argparse.SUPPRESS, help="the demo's random seed (default 0)"

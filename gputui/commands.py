@@ -24,7 +24,7 @@ def make_source(args: argparse.Namespace, start_at: float = 0.0) -> GpuSource:
     if args.demo:
         from gputui.collect.demo import DemoSource
 
-        return DemoSource(gpus=args.demo_gpus, seed=args.seed, start_at=start_at)
+        return DemoSource(gpus=args.demo_gpus, seed=args.seed, start_at=start_at, mig=args.demo_mig)
     from gputui.collect.nvml import NvmlSource
 
     return NvmlSource(devices_dir=args.devices_dir or Path("/dev"))

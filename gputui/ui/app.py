@@ -544,7 +544,11 @@ class GpuTuiApp(BaseApp):
         recorded_at = self.snapshot.time if self.replay and self.snapshot is not None else None
         self.push_screen(
             DetailScreen(
-                process, self.devices_dir, recorded_at=recorded_at, stacks=not (self.readonly or self.replay)
+                process,
+                self.devices_dir,
+                recorded_at=recorded_at,
+                stacks=not (self.readonly or self.replay),
+                gpus=self.snapshot.gpus if self.snapshot is not None else (),
             )
         )
 

@@ -534,7 +534,7 @@ def _make_row(
             )
         else:  # holds a device file only: NVML has nothing to say about it
             nvml = (cell("-", "kinds"), cell("-", "gpu_mem"), cell("-", "sm"), cell("-", "bw"))
-        gpu_cells = (cell(str(p.gpu) if p.gpu is not None else "?", "gpu"), *nvml)
+        gpu_cells = (cell(_gpu_text(p), "gpu"), *nvml)
         category = cell(p.category, "category", styles.get(_CATEGORY_STYLES.get(p.category, ""), PLAIN))
     else:
         command = shorten(p.command) if p.command else p.command
@@ -572,6 +572,13 @@ def _make_row(
     )
     pids = workers.pids if workers is not None else ()
     return TableRow(row_key(p), p.pid, p.create_time, p, cells, pids, folded, rank, len(lead))
+
+
+def _gpu_text(p: ProcessRow) -> str:
+    """Its GPU, and on a MIG GPU its GPU instance: `0:1` (as the fleet writes it)."""
+    if p.gpu is None:
+        return "?"
+    return f"{p.gpu}:{p.gpu_instance}" if p.gpu_instance is not None else str(p.gpu)
 
 
 def _last_column(p: ProcessRow | HostProcess, command: str | None, with_reason: bool) -> str:

@@ -73,8 +73,10 @@ class DetailScreen(Modal[None]):
         devices_dir: Path,
         recorded_at: float | None = None,
         stacks: bool = True,
+        gpus: tuple[GpuSample, ...] = (),
     ) -> None:
         super().__init__()
+        self.gpus = gpus  # the GPUs as the row saw them: a MIG process's instance is named from them
         self.process = process
         self.devices_dir = devices_dir
         self.recorded_at = recorded_at
@@ -122,7 +124,8 @@ class DetailScreen(Modal[None]):
 
     def _show(self, detail: ProcessDetail) -> None:
         self.detail = detail
-        self.query_one("#detail-body", Static).update(render_detail(self.process, detail, now=self.clock()))
+        body = render_detail(self.process, detail, now=self.clock(), gpus=self.gpus)
+        self.query_one("#detail-body", Static).update(body)
 
     def _show_stack(self, text: str) -> None:
         self.stack = text
@@ -192,12 +195,21 @@ def _training_env(d: ProcessDetail) -> str:
     return "\n".join(lines) or _NO_TRAINING_ENV
 
 
-def _gpu_line(p: ProcessRow | HostProcess) -> str | None:
+def _gpu_line(p: ProcessRow | HostProcess, gpus: tuple[GpuSample, ...] = ()) -> str | None:
     if not isinstance(p, ProcessRow) or p.gpu is None:
         return None
     if not p.kinds:  # a device holder NVML does not list: it has no memory or utilization of its own
         return f"{p.gpu}  (holds its device file; not in NVML's list: no GPU memory of its own)"
-    return f"{p.gpu}  ({p.kinds})  memory {fmt_bytes(p.used_memory)}"
+    line = f"{p.gpu}  ({p.kinds})  memory {fmt_bytes(p.used_memory)}"
+    if p.gpu_instance is not None:
+        ci = p.compute_instance if p.compute_instance is not None else "?"
+        line += f"\nMIG instance {p.gpu_instance}/{ci}"
+        instances = next((g.mig for g in gpus if g.index == p.gpu), ())
+        ids = (p.gpu_instance, p.compute_instance)
+        mig = next((m for m in instances if (m.gpu_instance, m.compute_instance) == ids), None)
+        if mig is not None:
+            line += f" ({mig.profile or NA}, {mig.uuid or NA})"
+    return line
 
 
 def describe_owner(o: Owner) -> str:
@@ -212,8 +224,11 @@ def describe_owner(o: Owner) -> str:
     return f"{o.kind} container " + (f"{o.name} ({o.id[:12]})" if o.name else o.id[:12])
 
 
-def render_detail(p: ProcessRow | HostProcess, d: ProcessDetail, now: float | None = None) -> Table:
-    """`now`: the clock the age is counted on (a test's fixed one); the wall clock by default."""
+def render_detail(
+    p: ProcessRow | HostProcess, d: ProcessDetail, now: float | None = None, gpus: tuple[GpuSample, ...] = ()
+) -> Table:
+    """`now`: the clock the age is counted on (a test's fixed one); the wall clock by default. `gpus`: the
+    snapshot's, for a MIG process's instance."""
     grid = _Grid()
     add = grid.add
     if d.error:
@@ -237,7 +252,7 @@ def render_detail(p: ProcessRow | HostProcess, d: ProcessDetail, now: float | No
         add("device files", "(not readable: run as root to see them)", "dim")
     else:
         add("device files", "\n".join(d.device_files) or "(none)")
-    if (gpu := _gpu_line(p)) is not None:
+    if (gpu := _gpu_line(p, gpus)) is not None:
         add("GPU", gpu)
     add("state", p.state)
     add("parent", str(p.ppid) if p.ppid is not None else None)
