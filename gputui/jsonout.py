@@ -12,12 +12,14 @@ from gputui.collect import agent_reply
 from gputui.model import (
     SCHEMA_VERSION,
     AgentReport,
+    GpuHealth,
     GpuSample,
     HostStats,
     MigInstance,
     Owner,
     ProcessRow,
     Snapshot,
+    XidEvent,
 )
 from gputui.units import printable
 
@@ -38,6 +40,8 @@ def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
             value = {str(k): agent_reply.to_dict(v) for k, v in value.items()}
         elif f.name == "errors":
             value = list(value)
+        elif f.name == "xids":
+            value = [dataclasses.asdict(x) for x in value]
         elif f.name == "host":
             if value is None:
                 continue  # optional: absent rather than null, as in recordings made before it existed
@@ -61,6 +65,7 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
                     if g.get("throttle_reasons") is None
                     else tuple(g["throttle_reasons"]),
                     "mig": tuple(MigInstance(**m) for m in g.get("mig") or ()),
+                    "health": GpuHealth(**g["health"]) if g.get("health") is not None else None,
                 }
             )
             for g in data["gpus"]
@@ -89,6 +94,7 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
             unreadable_fds=data["unreadable_fds"],
             agents=_agents(data.get("agents", {})),
             host=_host(data.get("host")),
+            xids=tuple(XidEvent(**x) for x in data.get("xids") or ()),
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"not a gputui snapshot: {err}") from None

@@ -26,6 +26,38 @@ class MigInstance:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """What says a GPU is failing or degraded. Counts since the driver loaded (volatile) or over the GPU's
+    life (aggregate); None: not supported, or not readable."""
+
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_aggregate: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    retired_pages_sbe: int | None = None  # pages retired for single-bit errors (pre-Ampere)
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_correctable: int | None = None  # row remapping (Ampere and later)
+    remapped_rows_uncorrectable: int | None = None
+    remap_pending: bool | None = None  # the GPU needs a reset for a remap to take effect
+    remap_failed: bool | None = None  # a remap failed: the GPU needs servicing
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """A critical Xid error NVML reported (an event, seen once)."""
+
+    gpu: int
+    xid: int
+    time: float  # the wall clock when gputui received it
+    pid: int | None = None  # NVML's event data names no process; kept for a driver that does
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSample:
     """One GPU at one moment. Memory in bytes, power in watts, clocks in MHz, rates in bytes/s."""
 
@@ -62,6 +94,7 @@ class GpuSample:
     nvlink_rx: float | None = None  # bytes/s over all NVLink links
     nvlink_tx: float | None = None
     mig: tuple[MigInstance, ...] = ()  # the instances of a MIG-enabled GPU (empty: MIG off, or unknown)
+    health: GpuHealth | None = None  # ECC counts, retired pages, row remapping, PCIe link (slow tier)
 
     @property
     def mem_percent(self) -> float | None:
@@ -138,6 +171,9 @@ class ProcessRow:
     reason: str = ""  # one line: why it is in its category
     ns_pid: int | None = None  # its PID inside its own (container's) PID namespace, when different
     owner: Owner | None = None  # its container, pod or SLURM job; None: none found (a plain process)
+    memory_growth: float | None = None  # bytes/s, the robust trend of its GPU memory; None: no trend known
+    full_in: float | None = None  # seconds until its GPU is full at that rate; None: not growing, or unknown
+    hung: str | None = None  # why it looks hung ("stalled at step 41,230 for 3 min ..."); None: it does not
     gpu_instance: int | None = None  # on a MIG GPU: the instance it runs in
     compute_instance: int | None = None
 
@@ -281,6 +317,8 @@ class Snapshot:
     agents: dict[int, AgentReport] = field(default_factory=dict)
     # CPU, memory, swap, load and uptime of the host; None in recordings made before it was sampled.
     host: HostStats | None = None
+    # Xid errors received since the last snapshot (an event thread waits on NVML's event set).
+    xids: tuple[XidEvent, ...] = ()
 
     def processes_on(self, gpu: int | None) -> tuple[ProcessRow, ...]:
         return tuple(p for p in self.processes if p.gpu == gpu)
