@@ -11,14 +11,16 @@ one-line GPU shows their count and the busiest."""
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rich.style import Style
 
 from gputui import cells
+from gputui.collect.health import ERROR, problems
 from gputui.collect.history import History
-from gputui.model import GpuSample, MigInstance, Snapshot
+from gputui.model import GpuSample, MigInstance, Snapshot, XidEvent
 from gputui.ui import layout as layouts
 from gputui.ui.canvas import Cell, CellCanvas, Line
 from gputui.ui.layout import AUTO, LABEL, Field, GpuLayout, Segment, fit_fields
@@ -31,6 +33,8 @@ PANE_NAME = 22
 # The instance column of a MIG GPU's pane: "MIG 1/0 3g.40gb  mem 12.1/39.2G util n/a" on a wide pane,
 # "1/0 3g.40gb  12.1/39G  n/a" on a narrower one (two columns of panes); none below MIG_NARROW_PANE.
 MIG_WIDE, MIG_NARROW = 44, 28
+XID_MARK_S = 3600.0  # an Xid marks its GPU for an hour (the history's span)
+XIDS_KEPT = 256
 MIG_WIDE_PANE, MIG_NARROW_PANE = 110, 60
 MIG_CELL = 20  # "13/0 1g.10gb 0/10G": an instance when more than one share a row
 CHROME_ROWS = 6  # header (2), the panes' bottom margin, the table's header, status line, key bar
@@ -98,6 +102,7 @@ class GpuPanes(CellCanvas):
         self._room: tuple[int, int] | None = None  # (width, rows shared with the table), from fit_room()
         self._tracks: dict[int, _Track] = {}
         self._bucket_s = 0.0
+        self.xids: deque[XidEvent] = deque(maxlen=XIDS_KEPT)  # the recent Xid errors: a GPU's health mark
         self._names = 14  # cells of the widest GPU name
 
     # -- layout ------------------------------------------------------------------------------------
@@ -163,6 +168,9 @@ class GpuPanes(CellCanvas):
     def show(self, snap: Snapshot) -> None:
         old = self.snapshot
         self.snapshot = snap
+        self.xids.extend(snap.xids)
+        while self.xids and self.xids[0].time < snap.time - XID_MARK_S:
+            self.xids.popleft()
         if old is None or len(old.gpus) != len(snap.gpus):
             self._relayout()
         for g in snap.gpus:
@@ -441,8 +449,8 @@ class GpuPanes(CellCanvas):
         modes = _modes(g)
         if modes:
             out.append(Field.of(12, ("  " + modes, p.dim)))
-        if g.ecc_errors:
-            out.append(Field.of(3, (f"  ECC {g.ecc_errors} errors", p.error)))
+        if health := self._health_mark(g, "  "):
+            out.append(health)
         reasons = throttled(g)
         if reasons:  # the most telling reasons first; a narrow line keeps the first and counts the rest
             variants = [
@@ -460,6 +468,17 @@ class GpuPanes(CellCanvas):
             out.append(Field.of(5, *enc_dec))
         return out
 
+    def _health_mark(self, g: GpuSample, gap: str) -> Field | None:
+        """The worst of the GPU's health problems (Xid, ECC, row remapping, PCIe link), and how many more:
+        ` ✖ Xid 79 +1`; `e` lists them with what to do."""
+        found = problems(g, self.xids)
+        if not found:
+            return None
+        worst = found[0]
+        glyph, style = ("✖", self.palette.error) if worst.severity == ERROR else ("⚠", self.palette.warning)
+        more = f" +{len(found) - 1}" if len(found) > 1 else ""
+        return Field(3, (((f"{gap}{glyph} {worst.short}{more}", style),), ((f"{gap}{glyph}", style),)))
+
     def line_extras(self, g: GpuSample) -> list[Field]:
         """What a one-line GPU shows after its memory: the same priorities, the same steady-first order."""
         p = self.palette
@@ -471,8 +490,8 @@ class GpuPanes(CellCanvas):
             out.append(Field.of(6, (f" FAN{g.fan:>3}%", p.plain)))
         if g.pcie_rx is not None or g.pcie_tx is not None:
             out.append(Field.of(8, (" PCIe " + _rates(g.pcie_rx, g.pcie_tx), p.plain)))
-        if g.ecc_errors:
-            out.append(Field.of(3, (" ECC!", p.error)))
+        if health := self._health_mark(g, " "):
+            out.append(health)
         if throttled(g):
             out.append(Field.of(4, (" ⚠", p.warning)))
         if g.enc_util or g.dec_util:
