@@ -59,7 +59,7 @@ def problems(
         if h.ecc_uncorrected_volatile:
             add(
                 ERROR,
-                "ECC",
+                f"ECC {h.ecc_uncorrected_volatile} errors",
                 f"GPU {g.index}: {h.ecc_uncorrected_volatile} uncorrected ECC errors since the driver loaded",
                 "drain it; reset it when idle; if they come back, RMA",
             )
@@ -81,7 +81,7 @@ def problems(
     elif g.ecc_errors:
         add(
             ERROR,
-            "ECC",
+            f"ECC {g.ecc_errors} errors",
             f"GPU {g.index}: {g.ecc_errors} uncorrected ECC errors since the driver loaded",
             "drain it; reset it when idle; if they come back, RMA",
         )

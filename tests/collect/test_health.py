@@ -15,7 +15,7 @@ def test_a_healthy_gpu_has_no_problems() -> None:
 def test_problems_come_worst_first_with_their_fix() -> None:
     health = GpuHealth(remap_pending=True, ecc_uncorrected_volatile=2, pcie_width=8, pcie_width_max=16)
     found = problems(GpuSample(index=3, health=health), [XidEvent(3, 79, 1.0), XidEvent(1, 13, 1.0)])
-    assert [p.short for p in found] == ["Xid 79", "ECC", "REMAP PENDING", "PCIe x8"]
+    assert [p.short for p in found] == ["Xid 79", "ECC 2 errors", "REMAP PENDING", "PCIe x8"]
     assert [p.severity for p in found] == [ERROR, ERROR, WARNING, WARNING]
     assert "reset the GPU when no process uses it" in found[2].fix
     assert found[3].text == "GPU 3: PCIe link x8, the slot and GPU do x16"
