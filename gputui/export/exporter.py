@@ -33,7 +33,7 @@ from prometheus_client.registry import CollectorRegistry
 from gputui import __version__
 from gputui.collect.dips import DipDetector
 from gputui.collect.sampler import Sampler
-from gputui.export.metrics import DipCounters, families, printable_labels
+from gputui.export.metrics import DipCounters, XidCounters, families, printable_labels
 from gputui.model import Snapshot
 from gputui.units import printable
 
@@ -54,6 +54,7 @@ class Exporter:
         self.sampler = sampler
         self.detector = DipDetector()
         self.dips = DipCounters()
+        self.xids = XidCounters()
         self.latest: Snapshot | None = None
         self.failures = 0
         self.last_error = ""
@@ -76,6 +77,7 @@ class Exporter:
             self.last_error = f"dip detection: {type(err).__name__}: {err}"
         with self._lock:
             self.dips.add(ended, ongoing)
+            self.xids.add(snap.xids)
             self.latest = snap
             self.sample_seconds = time.perf_counter() - started
         return snap
@@ -86,10 +88,11 @@ class Exporter:
         with self._lock:
             snap, failures, took = self.latest, self.failures, self.sample_seconds
             dips = DipCounters(dict(self.dips.count), dict(self.dips.seconds), set(self.dips.ongoing))
-        return list(printable_labels(self._metrics(snap, failures, took, dips)))
+            xids = XidCounters(dict(self.xids.last), dict(self.xids.count))
+        return list(printable_labels(self._metrics(snap, failures, took, dips, xids)))
 
     def _metrics(
-        self, snap: Snapshot | None, failures: int, took: float, dips: DipCounters
+        self, snap: Snapshot | None, failures: int, took: float, dips: DipCounters, xids: XidCounters
     ) -> Iterator[Metric]:
         info = InfoMetricFamily("gputui_exporter", "The gputui exporter and what it reads.")
         info.add_metric(
@@ -110,7 +113,7 @@ class Exporter:
         )
         stamp.add_metric([], snap.time)
         yield stamp
-        yield from families(snap, dips)
+        yield from families(snap, dips, xids)
 
 
 def serve(exporter: Exporter, port: int, bind: str) -> tuple[MetricsServer, int]:

@@ -18,7 +18,7 @@ most one series per process or per job and GPU: cardinality grows with what runs
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from prometheus_client.samples import Sample
 
 from gputui.collect.classify import SUSPICIOUS
 from gputui.collect.dips import Dip
-from gputui.model import GpuSample, MigInstance, Owner, ProcessRow, Snapshot
+from gputui.model import GpuHealth, GpuSample, MigInstance, Owner, ProcessRow, Snapshot, XidEvent
 from gputui.units import printable
 
 MIB = 1024 * 1024
@@ -97,6 +97,83 @@ DCGM_FIELDS: tuple[tuple[str, str, str, Any], ...] = (
 )
 
 
+def _health(read: Callable[[GpuHealth], int | bool | None]) -> Callable[[GpuSample], float | None]:
+    def value(g: GpuSample) -> float | None:
+        v = read(g.health) if g.health is not None else None
+        return None if v is None else float(v)
+
+    return value
+
+
+# GPU health, under dcgm-exporter's names (DCGM's field names); a field NVML does not report has no sample.
+HEALTH_FIELDS: tuple[tuple[str, str, Callable[[GpuSample], float | None]], ...] = (
+    (
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "Single-bit volatile ECC errors.",
+        _health(lambda h: h.ecc_corrected_volatile),
+    ),
+    (
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "Double-bit volatile ECC errors.",
+        _health(lambda h: h.ecc_uncorrected_volatile),
+    ),
+    (
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        "Single-bit persistent ECC errors.",
+        _health(lambda h: h.ecc_corrected_aggregate),
+    ),
+    (
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "Double-bit persistent ECC errors.",
+        _health(lambda h: h.ecc_uncorrected_aggregate),
+    ),
+    (
+        "DCGM_FI_DEV_RETIRED_SBE",
+        "Pages retired for single-bit errors.",
+        _health(lambda h: h.retired_pages_sbe),
+    ),
+    (
+        "DCGM_FI_DEV_RETIRED_DBE",
+        "Pages retired for double-bit errors.",
+        _health(lambda h: h.retired_pages_dbe),
+    ),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "Pages pending retirement.", _health(lambda h: h.retired_pages_pending)),
+    (
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "Rows remapped for correctable errors.",
+        _health(lambda h: h.remapped_rows_correctable),
+    ),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "Rows remapped for uncorrectable errors.",
+        _health(lambda h: h.remapped_rows_uncorrectable),
+    ),
+    (
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        "A row remap waits for a GPU reset.",
+        _health(lambda h: h.remap_pending),
+    ),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "A row remap failed.", _health(lambda h: h.remap_failed)),
+    ("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe link generation.", _health(lambda h: h.pcie_gen)),
+    ("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "PCIe maximum link generation.", _health(lambda h: h.pcie_gen_max)),
+    ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe link width.", _health(lambda h: h.pcie_width)),
+    ("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "PCIe maximum link width.", _health(lambda h: h.pcie_width_max)),
+)
+
+
+@dataclass
+class XidCounters:
+    """Per GPU: the last Xid error and how many were seen since the exporter started."""
+
+    last: dict[int, int] = field(default_factory=dict)
+    count: dict[int, int] = field(default_factory=dict)
+
+    def add(self, xids: Iterable[XidEvent]) -> None:
+        for x in xids:
+            self.last[x.gpu] = x.xid
+            self.count[x.gpu] = self.count.get(x.gpu, 0) + 1
+
+
 @dataclass
 class DipCounters:
     """Dips per GPU and kind since the exporter started (Prometheus counters only ever grow)."""
@@ -144,7 +221,69 @@ def _printable_sample(sample: Sample) -> Sample:
     return sample._replace(labels={k: printable(str(v)) for k, v in sample.labels.items()})
 
 
-def families(snap: Snapshot, dips: DipCounters | None = None) -> Iterator[Metric]:
+def _health_families(
+    live: list[GpuSample], labels: dict[int, list[str]], xids: XidCounters | None
+) -> Iterator[Metric]:
+    for name, doc, read in HEALTH_FIELDS:
+        fam = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
+        for g in live:
+            value = read(g)
+            if value is not None:
+                fam.add_metric(labels[g.index], value)
+        yield fam
+    last = GaugeMetricFamily(
+        "DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", labels=GPU_LABELS
+    )
+    count = CounterMetricFamily(
+        "gputui_xid_errors", "Xid errors seen since the exporter started.", labels=GPU_LABELS
+    )
+    xids = xids or XidCounters()
+    for g in live:
+        last.add_metric(labels[g.index], float(xids.last.get(g.index, 0)))
+        count.add_metric(labels[g.index], float(xids.count.get(g.index, 0)))
+    yield last
+    yield count
+
+
+def _forecast_families(snap: Snapshot, labels: dict[int, list[str]]) -> Iterator[Metric]:
+    """The memory trend of each process, how soon each GPU is full at its processes' pace, and hung ones."""
+    growth = GaugeMetricFamily(
+        "gputui_process_memory_growth_bytes_per_second",
+        "The robust trend of a process's GPU memory (bytes/s; negative: shrinking).",
+        labels=["gpu", "UUID", "Hostname", "pid", "command"],
+    )
+    until_full = GaugeMetricFamily(
+        "gputui_gpu_seconds_until_full",
+        "Seconds until the GPU's memory is full at the pace of its growing processes.",
+        labels=GPU_LABELS,
+    )
+    hung = GaugeMetricFamily(
+        "gputui_process_hung",
+        "1 for a process that looks hung (see the monitor for why).",
+        labels=["Hostname", "pid", "command"],
+    )
+    soonest: dict[int, float] = {}
+    for p in snap.processes:
+        if p.gpu is None or p.gpu not in labels:
+            continue
+        gpu, uuid, *_, hostname = labels[p.gpu]
+        command = _short_command(p.command, p.name)
+        if p.memory_growth is not None:
+            growth.add_metric([gpu, uuid, hostname, str(p.pid), command], p.memory_growth)
+        if p.full_in is not None:
+            soonest[p.gpu] = min(soonest.get(p.gpu, p.full_in), p.full_in)
+        if p.hung:
+            hung.add_metric([hostname, str(p.pid), command], 1.0)
+    for gpu_index, seconds in soonest.items():
+        until_full.add_metric(labels[gpu_index], seconds)
+    yield growth
+    yield until_full
+    yield hung
+
+
+def families(
+    snap: Snapshot, dips: DipCounters | None = None, xids: XidCounters | None = None
+) -> Iterator[Metric]:
     host = snap.hostname
     live = [g for g in snap.gpus if not g.lost]
     labels = {g.index: gpu_labels(g, host) for g in snap.gpus}
@@ -178,6 +317,8 @@ def families(snap: Snapshot, dips: DipCounters | None = None) -> Iterator[Metric
     yield unaccounted
     yield _mig_util_family(live, labels)
 
+    yield from _health_families(live, labels, xids)
+    yield from _forecast_families(snap, labels)
     yield from _process_families(snap, labels)
     yield from _dip_families(snap, labels, dips)
     yield from _agent_families(snap)
