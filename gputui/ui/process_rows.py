@@ -526,9 +526,14 @@ def _make_row(
             else "(not visible here: another PID namespace, or gone)"
         )
         if p.kinds:  # in NVML's lists
+            growing = p.full_in is not None  # ↑: its memory grows toward the GPU's limit (see the badge)
             nvml = (
                 cell(p.kinds, "kinds"),
-                cell(fmt_bytes(p.used_memory), "gpu_mem"),
+                cell(
+                    fmt_bytes(p.used_memory) + ("↑" if growing else ""),
+                    "gpu_mem",
+                    styles.get("warning", PLAIN) if growing else "",
+                ),
                 cell(_pct(p.sm_util), "sm"),
                 cell(_pct(p.mem_util), "bw"),
             )
@@ -581,11 +586,24 @@ def _gpu_text(p: ProcessRow) -> str:
     return f"{p.gpu}:{p.gpu_instance}" if p.gpu_instance is not None else str(p.gpu)
 
 
+FORECAST_BADGE_S = 3600.0  # a GPU full within the hour earns its process a badge
+
+
+def forecast_badge(p: ProcessRow | HostProcess) -> str:
+    """`full in ~14 min · `: its memory grows and its GPU will be full soon; `hung · ` when it looks hung."""
+    if getattr(p, "hung", None):
+        return "hung · "
+    full_in = getattr(p, "full_in", None)
+    if full_in is not None and full_in < FORECAST_BADGE_S:
+        return f"full in ~{fmt_duration(full_in)} · "
+    return ""
+
+
 def _last_column(p: ProcessRow | HostProcess, command: str | None, with_reason: bool) -> str:
     reason = getattr(p, "reason", "")
     if with_reason and reason:
         return f"{reason} · {command or NA}"
-    return command or NA
+    return forecast_badge(p) + (command or NA)
 
 
 def _pct(v: int | None) -> str:

@@ -18,7 +18,7 @@ from gputui.collect.procs import MAX_ENVIRON, TRAINING_NAMES, TRAINING_PREFIXES,
 from gputui.collect.stacks import is_python, py_spy_dump
 from gputui.model import GpuSample, HostProcess, Owner, ProcessDetail, ProcessRow
 from gputui.ui._textual_compat import DismissOnce
-from gputui.units import NA, fmt_bytes, fmt_pct, printable
+from gputui.units import NA, fmt_bytes, fmt_duration, fmt_pct, printable
 
 MODAL_CSS = """
 ModalScreen { align: center middle; }
@@ -224,6 +224,21 @@ def describe_owner(o: Owner) -> str:
     return f"{o.kind} container " + (f"{o.name} ({o.id[:12]})" if o.name else o.id[:12])
 
 
+def memory_trend(p: ProcessRow | HostProcess) -> str | None:
+    """`growing 120 MiB/min — this GPU is full in ~14 min`, or the trend when it does not grow."""
+    growth = getattr(p, "memory_growth", None)
+    if growth is None:
+        return None
+    per_min = growth * 60
+    if abs(per_min) < 1 << 20:
+        return "flat (under 1 MiB/min)"
+    text = f"{'growing' if per_min > 0 else 'shrinking'} {fmt_bytes(abs(per_min))}/min"
+    full_in = getattr(p, "full_in", None)
+    if full_in is not None:
+        text += f" — this GPU is full in ~{fmt_duration(full_in)}"
+    return text
+
+
 def render_detail(
     p: ProcessRow | HostProcess, d: ProcessDetail, now: float | None = None, gpus: tuple[GpuSample, ...] = ()
 ) -> Table:
@@ -254,6 +269,10 @@ def render_detail(
         add("device files", "\n".join(d.device_files) or "(none)")
     if (gpu := _gpu_line(p, gpus)) is not None:
         add("GPU", gpu)
+    if (trend := memory_trend(p)) is not None:
+        add("memory trend", trend, "yellow" if getattr(p, "full_in", None) is not None else "")
+    if hung := getattr(p, "hung", None):
+        add("hung?", hung, "red")
     add("state", p.state)
     add("parent", str(p.ppid) if p.ppid is not None else None)
     kids = "\n".join(f"{c.pid}  {c.state or NA:<9} {c.command or c.name or NA}" for c in d.children)
