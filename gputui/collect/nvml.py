@@ -9,14 +9,23 @@ calls per GPU per tick at 1 Hz):
   byte counters, volatile uncorrected ECC errors), the compute and graphics process lists, per-process
   utilization; on a MIG GPU, one memory read per MIG instance;
 - slow ticks (every few seconds): temperature, clocks, P-state, clock-event reasons, fan, encoder and
-  decoder, the MPS process list (every tick once MPS clients were seen);
+  decoder, the MPS process list (every tick once MPS clients were seen); health: the PCIe link's
+  generation and width (2 calls), and, on a GPU with ECC on, its ECC counts, retired pages and row
+  remapping as 10 more fields of that tick's batched read (no call of their own; a field a GPU lacks,
+  retired pages on Ampere and later, row remapping before, is dropped after its first NotSupported);
 - every SETTINGS_EVERY slow ticks: compute, persistence, MIG and ECC modes (and, until it is known,
   whether the GPU has NVLink at all); on a MIG GPU, its instances (the layout changes only by an
-  admin's hand: 1 + the maximum MIG device count + 4 calls per instance).
+  admin's hand: 1 + the maximum MIG device count + 4 calls per instance); until known, the PCIe link's
+  maximum generation and width (what GPU and slot can do together).
 
 A batched field whose own nvmlReturn says NotSupported is not asked for again. Where the batched read or
 the deprecated temperature call is missing (FunctionNotFound), the single calls stand in: power and
-energy (nvmlDeviceGetPowerUsage, nvmlDeviceGetTotalEnergyConsumption), nvmlDeviceGetTemperatureV.
+energy (nvmlDeviceGetPowerUsage, nvmlDeviceGetTotalEnergyConsumption), nvmlDeviceGetTemperatureV, and
+the health counts (nvmlDeviceGetTotalEccErrors x4, nvmlDeviceGetRemappedRows, nvmlDeviceGetRetiredPages
+x2 and its pending status, on slow ticks).
+
+Critical Xid errors come from NVML events, on a thread of their own (xid_events.XidWatcher), when the
+source is made with xid_events=True; each read hands over the events received since the last one.
 """
 
 from __future__ import annotations
@@ -33,7 +42,8 @@ from typing import Any
 import pynvml
 
 from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
-from gputui.model import GpuProcess, GpuSample, MigInstance
+from gputui.collect.xid_events import XidWatcher
+from gputui.model import GpuHealth, GpuProcess, GpuSample, MigInstance, XidEvent
 from gputui.units import printable
 
 SETTINGS_EVERY = 6  # slow ticks between reads of modes that change only by an admin's hand
@@ -68,6 +78,21 @@ _F_ECC = pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL
 _F_NVLINK_TX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
 _F_NVLINK_RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
 _ALL_LINKS = 0xFFFFFFFF
+# Health, asked for on slow ticks only and only when ECC is on (memory errors are counted only then):
+# GpuHealth's field <- NVML's field id ("single bit" is corrected, "double bit" uncorrected).
+_HEALTH_FIELDS = (
+    ("ecc_corrected_volatile", pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL),
+    ("ecc_corrected_aggregate", pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL),
+    ("ecc_uncorrected_aggregate", pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL),
+    ("retired_pages_sbe", pynvml.NVML_FI_DEV_RETIRED_SBE),  # page retirement: before Ampere
+    ("retired_pages_dbe", pynvml.NVML_FI_DEV_RETIRED_DBE),
+    ("retired_pages_pending", pynvml.NVML_FI_DEV_RETIRED_PENDING),
+    ("remapped_rows_correctable", pynvml.NVML_FI_DEV_REMAPPED_COR),  # row remapping: Ampere and later
+    ("remapped_rows_uncorrectable", pynvml.NVML_FI_DEV_REMAPPED_UNC),
+    ("remap_pending", pynvml.NVML_FI_DEV_REMAPPED_PENDING),
+    ("remap_failed", pynvml.NVML_FI_DEV_REMAPPED_FAILURE),
+)
+_HEALTH_FLAGS = frozenset({"retired_pages_pending", "remap_pending", "remap_failed"})
 
 
 class _ProcessInfoV1(ctypes.Structure):
@@ -133,6 +158,9 @@ class _Gpu:
     nvlink_prev: dict[int, tuple[int, int]] = field(default_factory=dict)  # field id -> (µs, KiB)
     mig: list[_Mig] = field(default_factory=list)  # its MIG devices, by (GPU instance, compute instance)
     mig_stale: bool = False  # enumerate again on the next slow tick (a read failed: the layout changed?)
+    health: GpuHealth | None = None  # from the last slow tick
+    health_values: dict[int, float | int | None] = field(default_factory=dict)  # this slow tick's fields
+    pcie_max: tuple[int | None, int | None] | None = None  # (generation, width); None: not read yet
 
 
 def _text(value: Any) -> str:
@@ -240,8 +268,12 @@ def _init_error_message(err: Exception) -> str:
 class NvmlSource:
     name = "nvml"
 
-    def __init__(self, devices_dir: Path = Path("/dev")) -> None:
+    def __init__(self, devices_dir: Path = Path("/dev"), xid_events: bool = False) -> None:
+        """`xid_events`: watch for Xid errors on a thread of its own (a monitor that keeps running wants
+        them; a one-shot reading, the doctor's, does not)."""
         self.devices_dir = devices_dir
+        self.xid_events = xid_events
+        self._xids: XidWatcher | None = None
         self._gpus: list[_Gpu] = []
         self._open_errors: list[str] = []
         self._slow_ticks = 0
@@ -271,9 +303,19 @@ class NvmlSource:
             self.close()
             raise SourceUnavailable(f"NVML cannot count the GPUs: {err}") from None
         self._gpus = [self._open_gpu(i) for i in range(count)]
+        if self.xid_events:
+            self._xids = XidWatcher([(g.index, g.handle) for g in self._gpus if not g.lost])
+            self._xids.start()
         return info
 
+    def take_xids(self) -> tuple[XidEvent, ...]:
+        """The Xid events received since the last call (also handed over in each Reading)."""
+        return self._xids.take() if self._xids is not None else ()
+
     def close(self) -> None:
+        if self._xids is not None:  # it keeps its own NVML reference until its wait returns
+            self._xids.close()
+            self._xids = None
         if self._opened:
             self._opened = False
             for _ in range(self._inits):  # NVML counts inits: one shutdown each
@@ -338,6 +380,8 @@ class NvmlSource:
             self._slow_ticks += 1
         if self._uninitialized:
             self._open_errors.append(self._initialize_again())
+        if self._xids is not None:
+            self._open_errors += self._xids.notes()
         errors = list(self._open_errors)
         self._open_errors.clear()
         samples: list[GpuSample] = []
@@ -358,7 +402,9 @@ class NvmlSource:
             samples.append(sample)
             procs.extend(gpu_procs)
         unknown = frozenset(g.index for g in self._gpus if g.procs_failed and not g.lost)
-        return Reading(tuple(samples), tuple(procs), tuple(errors), processes_unknown=unknown)
+        return Reading(
+            tuple(samples), tuple(procs), tuple(errors), processes_unknown=unknown, xids=self.take_xids()
+        )
 
     def _initialize_again(self) -> str:
         """NVML was shut down underneath us (every call says Uninitialized): init it, reopen the GPUs."""
@@ -399,7 +445,7 @@ class NvmlSource:
         mem_total, mem_used, mem_reserved = self._memory(gpu)
         if settings:  # before the batched read, which asks for ECC and NVLink only where they exist
             self._read_features(gpu)
-        fast = self._fields(gpu)
+        fast = self._fields(gpu, slow)
         if fast.get("power") is None:
             mw = self._get(gpu, "power", pynvml.nvmlDeviceGetPowerUsage, h)
             fast["power"] = mw / 1000 if mw is not None else None
@@ -415,6 +461,7 @@ class NvmlSource:
         procs = self._processes(gpu, slow)
         if slow:
             gpu.slow = self._read_slow(gpu)
+            gpu.health = self._read_health(gpu)
         merged = {**gpu.slow, **gpu.settings, **{k: v for k, v in fast.items() if v is not None}}
         sample = GpuSample(
             index=gpu.index,
@@ -425,6 +472,7 @@ class NvmlSource:
             mem_used=mem_used,
             mem_reserved=mem_reserved,
             mig=mig,
+            health=gpu.health,
             **merged,
         )
         return sample, procs
@@ -509,18 +557,28 @@ class NvmlSource:
                 gpu.nvlink = True
             elif "nvlink" in gpu.skip:
                 gpu.nvlink = False
+        if gpu.pcie_max is None or None in gpu.pcie_max:
+            h = gpu.handle
+            gen = self._get(gpu, "pcie_gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h)
+            width = self._get(gpu, "pcie_width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth, h)
+            if gen is not None or "pcie_gen_max" in gpu.skip:  # known, or never to be known
+                gpu.pcie_max = (gen, width if width is not None or "pcie_width_max" in gpu.skip else None)
 
-    def _field_ids(self, gpu: _Gpu) -> list[int | tuple[int, int]]:
+    def _field_ids(self, gpu: _Gpu, slow: bool) -> list[int | tuple[int, int]]:
         ids: list[int | tuple[int, int]] = list(_FIELDS)
         if gpu.ecc_on:
             ids.append(_F_ECC)
+            if slow:
+                ids += [fid for _, fid in _HEALTH_FIELDS]
         if gpu.nvlink:
             ids += [(_F_NVLINK_TX, _ALL_LINKS), (_F_NVLINK_RX, _ALL_LINKS)]
         return [i for i in ids if f"field {i[0] if isinstance(i, tuple) else i}" not in gpu.skip]
 
-    def _fields(self, gpu: _Gpu) -> dict[str, float | None]:
-        """Power, power limit, energy, PCIe and NVLink rates, ECC errors: one batched call."""
-        ids = self._field_ids(gpu)
+    def _fields(self, gpu: _Gpu, slow: bool) -> dict[str, float | None]:
+        """Power, power limit, energy, PCIe and NVLink rates, ECC errors (and, on slow ticks, the health
+        fields, kept in gpu.health_values): one batched call."""
+        ids = self._field_ids(gpu, slow)
+        gpu.health_values = {}
         values = self._get(gpu, "fields", pynvml.nvmlDeviceGetFieldValues, gpu.handle, ids) if ids else None
         if values is None:
             return {}
@@ -544,6 +602,8 @@ class NvmlSource:
                 out["pcie_rx"] = (rx - prev[2]) / (now - prev[0])
         ecc = got.get(_F_ECC)
         out["ecc_errors"] = int(ecc) if ecc is not None and gpu.ecc_on else None
+        if slow:
+            gpu.health_values = {fid: got.get(fid) for fid in (_F_ECC, *(f for _, f in _HEALTH_FIELDS))}
         by_id = {fv.fieldId: fv for fv in values}
         for key, fid in (("nvlink_tx", _F_NVLINK_TX), ("nvlink_rx", _F_NVLINK_RX)):
             if fid in by_id:
@@ -588,6 +648,60 @@ class NvmlSource:
             rx = get(gpu, "pcie_rx", pynvml.nvmlDeviceGetPcieThroughput, h, pynvml.NVML_PCIE_UTIL_RX_BYTES)
             out["pcie_tx"] = tx * 1024.0 if tx is not None else None  # NVML reports KB/s
             out["pcie_rx"] = rx * 1024.0 if rx is not None else None
+        return out
+
+    def _read_health(self, gpu: _Gpu) -> GpuHealth | None:
+        """ECC counts, retired pages and row remapping (from this tick's batched read, or the single
+        calls where the driver has no batched read), and the PCIe link against its maximum."""
+        h, get = gpu.handle, self._get
+        values = gpu.health_values
+        if gpu.ecc_on and "fields" in gpu.skip:
+            values = self._health_singly(gpu)
+        counts: dict[str, int | bool | None] = {}
+        for key, fid in (("ecc_uncorrected_volatile", _F_ECC), *_HEALTH_FIELDS):
+            v = values.get(fid) if gpu.ecc_on else None
+            if v is None:
+                counts[key] = None
+            elif key in _HEALTH_FLAGS:
+                counts[key] = bool(v)
+            else:
+                counts[key] = int(v)
+        gen_max, width_max = gpu.pcie_max or (None, None)
+        health = GpuHealth(
+            **counts,  # type: ignore[arg-type]  # keys are GpuHealth's own, values typed per key above
+            pcie_gen=get(gpu, "pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h),
+            pcie_gen_max=gen_max,
+            pcie_width=get(gpu, "pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth, h),
+            pcie_width_max=width_max,
+        )
+        return None if health == GpuHealth() else health
+
+    def _health_singly(self, gpu: _Gpu) -> dict[int, float | int | None]:
+        """The health fields by their own calls, for a driver without nvmlDeviceGetFieldValues."""
+        h, get = gpu.handle, self._get
+        cor, unc = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        vol, agg = pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC
+        ecc = pynvml.nvmlDeviceGetTotalEccErrors
+        out: dict[int, float | int | None] = {
+            pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: get(gpu, "ecc_cor_vol", ecc, h, cor, vol),
+            _F_ECC: get(gpu, "ecc_unc_vol", ecc, h, unc, vol),
+            pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: get(gpu, "ecc_cor_agg", ecc, h, cor, agg),
+            pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: get(gpu, "ecc_unc_agg", ecc, h, unc, agg),
+        }
+        rows = get(gpu, "remapped_rows", pynvml.nvmlDeviceGetRemappedRows, h)
+        if rows is not None:
+            for (_, fid), v in zip(_HEALTH_FIELDS[6:], rows, strict=True):
+                out[fid] = v
+        pages = pynvml.nvmlDeviceGetRetiredPages
+        sbe = get(
+            gpu, "retired_sbe", pages, h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+        )
+        dbe = get(gpu, "retired_dbe", pages, h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        out[pynvml.NVML_FI_DEV_RETIRED_SBE] = len(sbe) if sbe is not None else None
+        out[pynvml.NVML_FI_DEV_RETIRED_DBE] = len(dbe) if dbe is not None else None
+        out[pynvml.NVML_FI_DEV_RETIRED_PENDING] = get(
+            gpu, "retired_pending", pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h
+        )
         return out
 
     def _temperature(self, gpu: _Gpu) -> int | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from gputui.model import GpuProcess, GpuSample
+from gputui.model import GpuProcess, GpuSample, XidEvent
 
 
 class SourceUnavailable(Exception):
@@ -29,6 +29,7 @@ class Reading:
     errors: tuple[str, ...] = ()
     # GPUs whose process list could not be read this time: their unaccounted memory is unknown too.
     processes_unknown: frozenset[int] = frozenset()
+    xids: tuple[XidEvent, ...] = ()  # Xid errors received since the last reading
 
 
 class GpuSource(Protocol):

@@ -36,11 +36,25 @@ handle whose device was removed from ``mig_devices`` answers INVALID_ARGUMENT.
 NVLink: ``nvlink_tx_kib``/``nvlink_rx_kib`` hold one cumulative KiB counter per link (None: no NVLink).
 The field values answer scopeId = link for one link and scopeId = UINT_MAX for the sum of all, as nvml.h
 describes; any other scope gets NVML_ERROR_INVALID_ARGUMENT in that field's nvmlReturn.
+
+Health: ECC counts (volatile/aggregate, corrected/uncorrected), retired pages (``retired_pages``: None, the
+default of an H100, means the GPU has row remapping instead and answers NotSupported), row remapping
+(``remapped_rows``: (correctable, uncorrectable, pending, failure); None before Ampere) and the PCIe link
+answer both as batched fields and as their own calls. Device handles are real ``c_nvmlDevice_t`` pointers
+(to an address nothing dereferences), so an event names its GPU the way the driver's do.
+
+Xid events: ``nvmlEventSetCreate``/``nvmlDeviceRegisterEvents``/``nvmlEventSetWait_v2``/``nvmlEventSetFree``
+on a fake event set; ``send_xid(gpu, xid)`` delivers a real ``c_nvmlEventData_t`` to every set that GPU is
+registered in. A GPU with ``xid_events = False`` answers NotSupported to the registration. A wait blocks
+until an event or its timeout, but never longer than ``event_wait_cap`` seconds (tests stay fast); it
+raises NVMLError_Timeout as the binding does. Freeing a set while another thread waits on it, waiting on
+a freed set, or freeing it twice is recorded as a violation.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 import time as _time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -155,6 +169,16 @@ DEFAULT_FIELD_TYPES = {
     pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
     pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
     pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    pynvml.NVML_FI_DEV_RETIRED_SBE: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    pynvml.NVML_FI_DEV_RETIRED_DBE: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    pynvml.NVML_FI_DEV_RETIRED_PENDING: pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+    pynvml.NVML_FI_DEV_REMAPPED_COR: pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+    pynvml.NVML_FI_DEV_REMAPPED_UNC: pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+    pynvml.NVML_FI_DEV_REMAPPED_PENDING: pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+    pynvml.NVML_FI_DEV_REMAPPED_FAILURE: pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
 }
 ALL_LINKS = 0xFFFFFFFF  # the scopeId that asks for the sum over every NVLink link
 _UNION_MEMBER = {
@@ -207,6 +231,19 @@ class FakeGpu:
     capability: tuple[int, int] | None = (9, 0)  # CUDA compute capability (H100)
     ecc_mode: tuple[int, int] | None = None  # (current, pending); None: ECC not supported
     ecc_uncorrected: int = 0  # volatile double-bit errors, answered while ECC is on
+    ecc_corrected: int = 0  # volatile single-bit errors
+    ecc_corrected_aggregate: int = 0  # over the GPU's life
+    ecc_uncorrected_aggregate: int = 0
+    # cause (NVML_PAGE_RETIREMENT_CAUSE_*) -> page addresses; None: no page retirement (Ampere and later)
+    retired_pages: dict[int, list[int]] | None = None
+    retired_pending: int = 0
+    remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # cor, unc, pending, failure
+    # The PCIe link; None (the default, so the tests written before health see no health): NotSupported.
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    xid_events: bool = True  # False: nvmlDeviceRegisterEvents answers NotSupported
     nvlink_tx_kib: list[int] | None = None  # per link, cumulative KiB; None: no NVLink
     nvlink_rx_kib: list[int] | None = None
     nvlink_tx_rate: int = 0  # bytes/s per link: advance() adds them to the counters
@@ -243,10 +280,18 @@ class _Growth:
     times: int | None
 
 
-class FakeHandle:
-    """An opaque device handle, as c_nvmlDevice_t is to the caller."""
+_HANDLE_BASE = 0x7F00_0000_1000  # FakeHandle(i) points at _HANDLE_BASE + i * 0x100: never dereferenced
+
+
+class FakeHandle(pynvml.c_nvmlDevice_t):  # type: ignore[misc,valid-type]
+    """A device handle: a real c_nvmlDevice_t, as the binding returns, with a made-up address that is
+    the same for every handle of one GPU (so an event's device pointer names its GPU)."""
+
+    _type_ = pynvml.struct_c_nvmlDevice_t
 
     def __init__(self, index: int) -> None:
+        super().__init__()
+        ctypes.cast(ctypes.pointer(self), ctypes.POINTER(ctypes.c_void_p))[0] = _HANDLE_BASE + index * 0x100
         self.index = index
 
     def __repr__(self) -> str:
@@ -274,6 +319,18 @@ class _FakeTime:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(_time, name)
+
+
+class FakeEventSet:
+    """An event set: what nvmlEventSetCreate hands out (opaque to the caller)."""
+
+    def __init__(self) -> None:
+        self.registered: dict[int, int] = {}  # GPU index -> event type mask
+        self.pending: list[Any] = []  # c_nvmlEventData_t not yet waited for
+        self.cond = threading.Condition()
+        self.waiting = 0
+        self.freed = False
+        self.waits = 0
 
 
 def _nvml_error(error: Any) -> BaseException:
@@ -327,6 +384,19 @@ class FakeNvml:
         "nvmlDeviceGetGpuInstanceId",
         "nvmlDeviceGetComputeInstanceId",
         "nvmlDeviceGetAttributes",
+        "nvmlDeviceGetTotalEccErrors",
+        "nvmlDeviceGetRemappedRows",
+        "nvmlDeviceGetRetiredPages",
+        "nvmlDeviceGetRetiredPagesPendingStatus",
+        "nvmlDeviceGetCurrPcieLinkGeneration",
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        "nvmlDeviceGetCurrPcieLinkWidth",
+        "nvmlDeviceGetMaxPcieLinkWidth",
+        "nvmlDeviceGetIndex",
+        "nvmlEventSetCreate",
+        "nvmlDeviceRegisterEvents",
+        "nvmlEventSetWait_v2",
+        "nvmlEventSetFree",
         "_nvmlGetFunctionPointer",
     )
 
@@ -351,6 +421,9 @@ class FakeNvml:
         self._rules: list[_Rule] = []
         self._growth: list[_Growth] = []
         self._next_pid = 40_000
+        self.event_sets: list[FakeEventSet] = []
+        self.event_wait_cap = 0.05  # seconds: the longest a fake wait blocks, whatever its timeout
+        self._lock = threading.Lock()  # the event thread counts calls too
 
     # -- set-up ---------------------------------------------------------------------------------------
 
@@ -396,6 +469,24 @@ class FakeNvml:
         and the filling call."""
         self._growth.append(_Growth(gpu, kind, add, times))
 
+    def send_xid(self, gpu: int, xid: int) -> int:
+        """The driver reports Xid `xid` on GPU `gpu`: every event set it is registered in (for Xid
+        events) gets it. Returns how many sets did."""
+        sent = 0
+        for es in self.event_sets:
+            if es.freed or not es.registered.get(gpu, 0) & pynvml.nvmlEventTypeXidCriticalError:
+                continue
+            data = pynvml.c_nvmlEventData_t()
+            data.device = FakeHandle(gpu)
+            data.eventType = pynvml.nvmlEventTypeXidCriticalError
+            data.eventData = xid
+            data.gpuInstanceId = data.computeInstanceId = 0xFFFFFFFF
+            with es.cond:
+                es.pending.append(data)
+                es.cond.notify_all()
+            sent += 1
+        return sent
+
     def new_pid(self) -> int:
         self._next_pid += 1
         return self._next_pid
@@ -428,6 +519,12 @@ class FakeNvml:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
 
     def _gpu_of(self, handle: Any) -> FakeGpu:
+        if isinstance(handle, pynvml.c_nvmlDevice_t) and not isinstance(handle, FakeHandle):
+            # a pointer read back from the driver (an event's device): the same address as the handle
+            address = ctypes.cast(handle, ctypes.c_void_p).value or 0
+            index, rest = divmod(address - _HANDLE_BASE, 0x100)
+            if rest == 0 and 0 <= index < len(self.gpus):
+                return self.gpus[index]
         if not isinstance(handle, FakeHandle) or not 0 <= handle.index < len(self.gpus):
             self._violation(f"not a device handle: {handle!r}")
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
@@ -468,7 +565,8 @@ class FakeNvml:
         return None
 
     def _system(self, name: str, symbol: str | None = None) -> None:
-        self.system_calls[name] += 1
+        with self._lock:
+            self.system_calls[name] += 1
         self._check_init()
         if (symbol or name) in self.missing_symbols:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
@@ -479,8 +577,9 @@ class FakeNvml:
     def _enter(self, name: str, handle: Any, arg: Any = None, symbol: str | None = None) -> FakeGpu:
         """Book-keeping shared by the device calls: count, check, inject."""
         gpu = self._gpu_of(handle)
-        self.calls[gpu.index][name] += 1
-        self.arg_calls[gpu.index][(name, arg)] += 1
+        with self._lock:
+            self.calls[gpu.index][name] += 1
+            self.arg_calls[gpu.index][(name, arg)] += 1
         self._check_init()
         if (symbol or name) in self.missing_symbols:  # pynvml's pointer lookup fails: no C call
             self.failed_lookups[symbol or name] += 1
@@ -503,17 +602,19 @@ class FakeNvml:
     # -- system -----------------------------------------------------------------------------------------
 
     def nvmlInit(self) -> None:
-        self.system_calls["nvmlInit"] += 1
-        if self.init_error is not None:
-            raise _nvml_error(self.init_error)
-        self.initialized += 1
+        with self._lock:
+            self.system_calls["nvmlInit"] += 1
+            if self.init_error is not None:
+                raise _nvml_error(self.init_error)
+            self.initialized += 1
 
     def nvmlShutdown(self) -> None:
-        self.system_calls["nvmlShutdown"] += 1
-        if self.initialized <= 0:
-            self._violation("nvmlShutdown without nvmlInit")
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
-        self.initialized -= 1
+        with self._lock:
+            self.system_calls["nvmlShutdown"] += 1
+            if self.initialized <= 0:
+                self._violation("nvmlShutdown without nvmlInit")
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+            self.initialized -= 1
 
     def nvmlSystemGetDriverVersion(self) -> Any:
         self._system("nvmlSystemGetDriverVersion")
@@ -622,8 +723,36 @@ class FakeNvml:
             if scope == ALL_LINKS:
                 return sum(counters)
             return counters[scope] if scope < len(counters) else -1
-        if field_id == pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL:
-            return gpu.ecc_uncorrected if gpu.ecc_mode is not None and gpu.ecc_mode[0] else None
+        ecc_on = gpu.ecc_mode is not None and bool(gpu.ecc_mode[0])
+        ecc = {
+            pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: gpu.ecc_uncorrected,
+            pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: gpu.ecc_corrected,
+            pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: gpu.ecc_corrected_aggregate,
+            pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: gpu.ecc_uncorrected_aggregate,
+        }
+        if field_id in ecc:
+            return ecc[field_id] if ecc_on else None
+        pages = gpu.retired_pages
+        retired = {
+            pynvml.NVML_FI_DEV_RETIRED_SBE: lambda p: len(
+                p.get(pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, [])
+            ),
+            pynvml.NVML_FI_DEV_RETIRED_DBE: lambda p: len(
+                p.get(pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, [])
+            ),
+            pynvml.NVML_FI_DEV_RETIRED_PENDING: lambda p: gpu.retired_pending,
+        }
+        if field_id in retired:
+            return retired[field_id](pages) if pages is not None and ecc_on else None
+        remap = (
+            pynvml.NVML_FI_DEV_REMAPPED_COR,
+            pynvml.NVML_FI_DEV_REMAPPED_UNC,
+            pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+            pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+        )
+        if field_id in remap:
+            rows = gpu.remapped_rows
+            return rows[remap.index(field_id)] if rows is not None and ecc_on else None
         return {
             pynvml.NVML_FI_DEV_POWER_INSTANT: gpu.power_mw,
             pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: gpu.power_limit_mw,
@@ -801,6 +930,103 @@ class FakeNvml:
         if not 0 <= link < len(links):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return pynvml.NVML_FEATURE_ENABLED
+
+    # -- health ---------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, errorType: int, counterType: int) -> int:
+        gpu = self._enter("nvmlDeviceGetTotalEccErrors", handle, (errorType, counterType))
+        if gpu.ecc_mode is None or not gpu.ecc_mode[0]:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        counts = {
+            (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC): gpu.ecc_corrected,
+            (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC): gpu.ecc_uncorrected,
+            (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_AGGREGATE_ECC): gpu.ecc_corrected_aggregate,
+            (
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_AGGREGATE_ECC,
+            ): gpu.ecc_uncorrected_aggregate,
+        }
+        if (errorType, counterType) not in counts:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return ctypes.c_ulonglong(counts[(errorType, counterType)]).value
+
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        gpu = self._enter("nvmlDeviceGetRemappedRows", handle)
+        rows = self._supported(gpu.remapped_rows)
+        return tuple(ctypes.c_uint(v).value for v in rows)  # type: ignore[return-value]
+
+    def nvmlDeviceGetRetiredPages(self, handle: Any, sourceFilter: int) -> list[int]:
+        gpu = self._enter("nvmlDeviceGetRetiredPages", handle, sourceFilter)
+        pages = self._supported(gpu.retired_pages)
+        self.lib_calls[gpu.index]["nvmlDeviceGetRetiredPages"] += 1  # the binding's sizing call
+        return [int(ctypes.c_ulonglong(a).value) for a in pages.get(sourceFilter, [])]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        self._supported(gpu.retired_pages)
+        return int(gpu.retired_pending)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
+        return int(self._supported(self._enter("nvmlDeviceGetCurrPcieLinkGeneration", handle).pcie_gen))
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
+        return int(self._supported(self._enter("nvmlDeviceGetMaxPcieLinkGeneration", handle).pcie_gen_max))
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
+        return int(self._supported(self._enter("nvmlDeviceGetCurrPcieLinkWidth", handle).pcie_width))
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
+        return int(self._supported(self._enter("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_width_max))
+
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        return self._enter("nvmlDeviceGetIndex", handle).index
+
+    # -- events -----------------------------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._system("nvmlEventSetCreate")
+        es = FakeEventSet()
+        self.event_sets.append(es)
+        return es
+
+    def _event_set(self, name: str, es: Any) -> FakeEventSet:
+        if not isinstance(es, FakeEventSet) or es not in self.event_sets:
+            self._violation(f"{name}: not an event set: {es!r}")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if es.freed:
+            self._violation(f"{name} on a freed event set")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return es
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:
+        gpu = self._enter("nvmlDeviceRegisterEvents", handle, eventTypes)
+        es = self._event_set("nvmlDeviceRegisterEvents", eventSet)
+        if not gpu.xid_events:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        es.registered[gpu.index] = es.registered.get(gpu.index, 0) | int(eventTypes)
+
+    def nvmlEventSetWait_v2(self, eventSet: Any, timeoutms: int) -> Any:
+        self._system("nvmlEventSetWait_v2")
+        es = self._event_set("nvmlEventSetWait_v2", eventSet)
+        with es.cond:
+            es.waits += 1
+            es.waiting += 1
+            try:
+                if not es.pending:
+                    es.cond.wait(min(timeoutms / 1000, self.event_wait_cap))
+                if not es.pending:
+                    raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+                return es.pending.pop(0)
+            finally:
+                es.waiting -= 1
+
+    def nvmlEventSetFree(self, eventSet: Any) -> None:
+        self._system("nvmlEventSetFree")
+        es = self._event_set("nvmlEventSetFree", eventSet)
+        with es.cond:
+            if es.waiting:
+                self._violation("nvmlEventSetFree while a thread waits on the set")
+            es.freed = True
 
     # -- processes --------------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import pynvml
 import pytest
 
 from gputui.collect.nvml import SETTINGS_EVERY, NvmlSource
+from gputui.model import GpuHealth
 from tests.collect.fake_nvml import ALL_LINKS, FakeNvml
 from tests.collect.test_nvml import calls, expected_sample, tick
 
@@ -77,7 +78,18 @@ def test_ecc_on_reports_volatile_uncorrected_errors(
     assert [r.gpus[0].ecc_errors for r in readings] == [errors] * 3  # from the first tick on
     assert readings[-1].gpus[1].ecc_errors is None  # GPU 1 has no ECC: no mix-up
     assert all(F_ECC in log.ids(i) for i in range(3))
-    assert readings[-1].gpus[0] == expected_sample(fake, 0, ecc_errors=errors)
+    # ECC on: health too (issue 19), from the slow tick's batched read; an H100 remaps rows, retires no pages
+    health = GpuHealth(
+        ecc_corrected_volatile=0,
+        ecc_uncorrected_volatile=errors,
+        ecc_corrected_aggregate=0,
+        ecc_uncorrected_aggregate=0,
+        remapped_rows_correctable=0,
+        remapped_rows_uncorrectable=0,
+        remap_pending=False,
+        remap_failed=False,
+    )
+    assert readings[-1].gpus[0] == expected_sample(fake, 0, ecc_errors=errors, health=health)
 
 
 def test_new_ecc_errors_show_on_the_next_fast_tick(fake: FakeNvml, source: NvmlSource) -> None:
