@@ -20,6 +20,8 @@ class Progress:
         self._events: deque[tuple[float, float]] = deque()  # (batch ready at, seconds waited for it)
         self._lock = threading.Lock()
         self._patched: Any = None
+        # Called with each batch's wait, in the training thread, while a profile is wanted (profile.py).
+        self.hook: Callable[[float], None] | None = None
 
     def record(self, ready_at: float, waited: float) -> None:
         with self._lock:
@@ -57,10 +59,20 @@ class Progress:
             batch = original(it)  # StopIteration (end of epoch) and errors are not batches
             end = progress.clock()
             progress.record(end, end - start)
+            hook = progress.hook
+            if hook is not None:
+                hook(end - start)
             return batch
 
         base.__next__ = __next__
         self._patched = (base, original)
+        return True
+
+    def set_hook(self, hook: Callable[[float], None] | None) -> bool:
+        """Call `hook` after every batch (None: stop); False when there is no DataLoader to wrap yet."""
+        if hook is not None and not self.install():
+            return False
+        self.hook = hook
         return True
 
     def uninstall(self) -> None:

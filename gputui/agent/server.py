@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui.agent import protocol
+from gputui.agent.profile import MAX_SECONDS, MAX_STEPS, ProfileError, Profiler
 from gputui.agent.progress import Progress
 from gputui.agent.torchstats import TorchStats
 
@@ -44,6 +45,7 @@ class Agent:
         self.directory = directory
         self.stats = stats or TorchStats()
         self.progress = progress or Progress()
+        self.profiler = Profiler(self._private_dir, self.progress.set_hook)
         self.path: Path | None = None
         self.started = time.time()
         self.requests = 0
@@ -145,6 +147,9 @@ class Agent:
             conn.sendall(protocol.encode(self.answer(line)))
             deadline = time.monotonic() + IDLE_TIMEOUT_S
 
+    def _private_dir(self) -> Path:
+        return self.path.parent if self.path else protocol.private_dir(self.directory)
+
     def answer(self, line: bytes) -> dict[str, Any]:
         """One request to one reply; never raises."""
         self.requests += 1
@@ -169,11 +174,23 @@ class Agent:
                 return {"ok": True, "path": path, "message": f"snapshot written to {path}"}
             if op == "empty_cache":
                 return {"ok": True, "message": self.stats.empty_cache()}
+            if op == "profile":
+                steps = _bounded(request.get("steps", 20), "steps", 1, MAX_STEPS)
+                seconds = _bounded(request.get("max_seconds", 60), "max_seconds", 1, MAX_SECONDS)
+                return {"ok": True, "message": self.profiler.request(int(steps), seconds)}
+            if op == "profile_status":
+                return {"ok": True, "profile": self.profiler.status()}
             return {"ok": False, "error": f"unknown op {op!r}"}
-        except protocol.ProtocolError as err:
+        except (protocol.ProtocolError, ProfileError) as err:
             return {"ok": False, "error": str(err)}
         except Exception as err:
             return {"ok": False, "error": f"{type(err).__name__}: {err}"}
+
+
+def _bounded(value: object, name: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise protocol.ProtocolError(f"{name}: not a number in {low:g}..{high:g}")
+    return float(value)
 
 
 _agent: Agent | None = None

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui.agent import protocol
-from gputui.collect import agent_reply
+from gputui.collect import agent_reply, profile_reply
 from gputui.model import AGENT_SLOW, AgentReport, Snapshot
 from gputui.units import printable
 
@@ -291,8 +291,8 @@ class AgentPoller:
         return None if ex.refused else report_of(ex)
 
     def act(self, pid: int, op: str, **params: Any) -> dict[str, Any]:
-        """An action on one agent (record_history, dump_snapshot, empty_cache): {"ok": bool, "message"}
-        with a printable message."""
+        """An action on one agent (record_history, dump_snapshot, empty_cache, profile): {"ok": bool,
+        "message"} with a printable message; profile_status adds "profile", a ProfileStatus."""
         target = self.discover().get(pid)
         if target is None:
             return {"ok": False, "message": f"no gputui agent of pid {pid} is listening"}
@@ -302,7 +302,18 @@ class AgentPoller:
             return {"ok": False, "message": printable(data)}
         ok = data.get("ok") is True
         text = data.get("message" if ok else "error")
-        return {"ok": ok, "message": printable(str(text)[: agent_reply.MAX_TEXT]) if text else ""}
+        out: dict[str, Any] = {
+            "ok": ok,
+            "message": printable(str(text)[: agent_reply.MAX_TEXT]) if text else "",
+        }
+        if ok and op == "profile_status":  # its state and summary, validated like a stats reply
+            try:
+                out["profile"] = profile_reply.parse_status(data.get("profile"))
+            except agent_reply.BadReply as err:
+                return {"ok": False, "message": printable(f"bad reply: {err}"[: agent_reply.MAX_TEXT])}
+            except (RecursionError, MemoryError):
+                return {"ok": False, "message": "bad reply: too deeply nested"}
+        return out
 
 
 def discover(directory: Path | None = None) -> dict[int, AgentSocket]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.table import Table
@@ -11,17 +12,28 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
+from textual.worker import get_current_worker
 
 from gputui.collect.agents import AgentHistory, AgentPoller
+from gputui.collect.profile_reply import ProfileOp, ProfileStatus
 from gputui.model import AGENT_SLOW, AGENT_UNREADABLE, AgentReport, AllocatorDevice, Snapshot
 from gputui.ui.screens import MODAL_CSS, Modal
 from gputui.ui.spark import glyph
 from gputui.units import NA, fmt_bytes, printable
 
+PROFILE_STEPS = 20
+PROFILE_SECONDS = 60.0  # the agent stops at the first batch after this, whatever the steps
+PROFILE_POLL_S = 0.5
+PROFILE_TOP = 5
+
 _ACTIONS = {
     "h": ("record_history", "start/stop recording allocation history (it slows allocations a little)"),
     "s": ("dump_snapshot", "write a memory snapshot file (open it at https://pytorch.org/memory_viz)"),
     "e": ("empty_cache", "release the cached, unused blocks (torch.cuda.empty_cache())"),
+    "P": (
+        "profile",
+        f"profile the next {PROFILE_STEPS} steps with torch.profiler (they run slower while it records)",
+    ),
 }
 
 
@@ -48,6 +60,7 @@ class AllocatorScreen(Modal[None]):
         Binding("h", "act('h')", "History on/off"),
         Binding("s", "act('s')", "Dump snapshot"),
         Binding("e", "act('e')", "empty_cache"),
+        Binding("P", "act('P')", "Profile"),
     ]
 
     def __init__(
@@ -63,8 +76,9 @@ class AllocatorScreen(Modal[None]):
         self.previous: dict[int, AllocatorDevice] = {}
         self.recording = False
         self.armed: str | None = None  # the action key pressed once: a second press runs it
+        self.profile: ProfileStatus | None = None  # the last profile_status answer, once P was confirmed
         self.message = (
-            "h: history on/off · s: dump a snapshot · e: empty_cache (press twice to confirm)"
+            "h: history on/off · s: dump a snapshot · e: empty_cache · P: profile (press twice to confirm)"
             if poller is not None
             else READ_ONLY
         )
@@ -132,8 +146,68 @@ class AllocatorScreen(Modal[None]):
                     style="red",
                 ),
             )
+        self._profile_rows(grid)
         grid.add_row("", Text(self.message, style="yellow" if self.armed else "dim"))
         return grid
+
+    def _profile_rows(self, grid: Table) -> None:
+        p = self.profile
+        if p is None or p.state == "idle":
+            return
+        steps = f"{p.steps_done or 0}/{p.steps or PROFILE_STEPS} steps"
+        if p.state == "waiting":
+            grid.add_row(
+                "profile", Text("profiling: waiting for the next DataLoader batch …", style="yellow")
+            )
+        elif p.state == "recording":
+            grid.add_row("profile", Text(f"profiling: {steps} …", style="yellow"))
+        elif p.state == "processing":
+            grid.add_row("profile", Text(f"profiling: {steps}, writing the trace …", style="yellow"))
+        elif p.state == "failed":
+            grid.add_row("profile", Text(f"failed: {p.error or 'no reason given'}", style="red"))
+        elif p.summary is not None:
+            s = p.summary
+            grid.add_row(
+                "profile",
+                Text(
+                    f"{s.verdict}: {s.explanation}", style="bold red" if s.verdict != "gpu-bound" else "bold"
+                ),
+            )
+            rate = f" ({s.steps_per_s:.1f}/s while profiled)" if s.steps_per_s is not None else ""
+            wall = f" in {s.wall_s:.2f} s" if s.wall_s is not None else ""
+            grid.add_row("", Text(f"{s.steps if s.steps is not None else NA} steps{wall}{rate}"))
+            grid.add_row(
+                "data wait", Text(_share(s.data_wait_share) + " of wall time waiting for the DataLoader")
+            )
+            if s.gpu_idle_share is None:
+                grid.add_row(
+                    "GPU idle", Text("no GPU activity recorded (CPU-only run, or no CUPTI)", style="dim")
+                )
+            else:
+                short = _share(s.short_kernel_share)
+                grid.add_row(
+                    "GPU idle",
+                    Text(
+                        f"{_share(s.gpu_idle_share)} of wall time with no kernel running · "
+                        f"{s.kernels if s.kernels is not None else NA} kernels, {short} under 10 µs"
+                    ),
+                )
+            grid.add_row("trace", Text(f"{p.path or NA}  (open at ui.perfetto.dev or chrome://tracing)"))
+            width = self._name_width()
+            for label, ops, device in (
+                ("top ops (CPU)", s.top_ops, False),
+                ("top ops (GPU)", s.top_device_ops, True),
+            ):
+                for i, op in enumerate(ops[:PROFILE_TOP]):
+                    grid.add_row(label if i == 0 else "", Text(_op_line(op, width, device)))
+
+    def _name_width(self) -> int:
+        """Operator names are cut to what is left of the panel's width after the labels and times."""
+        try:
+            width = self.app.size.width
+        except Exception:  # not mounted (a test renders the panel alone)
+            width = 120
+        return max(16, min(80, width - 72))  # the label column, the time and the count
 
     def _device(self, grid: Table, d: AllocatorDevice, nvml: int | None) -> None:
         grid.add_row(Text(f"cuda:{d.index}", style="bold"), Text(""))
@@ -204,6 +278,8 @@ class AllocatorScreen(Modal[None]):
         if op == "record_history":
             self.recording = not self.recording
             params["enabled"] = self.recording
+        if op == "profile":
+            params = {"steps": PROFILE_STEPS, "max_seconds": PROFILE_SECONDS}
         self.message = f"{op} …"
         self.follow(self.snapshot)
         self._run(op, params)
@@ -215,7 +291,64 @@ class AllocatorScreen(Modal[None]):
         reply = self.poller.act(self.pid, op, **params)
         text = reply.get("message") or reply.get("error") or str(reply)
         self.app.call_from_thread(self._done, f"{op}: {text}" if reply.get("ok") else f"{op} failed: {text}")
+        if op == "profile" and reply.get("ok"):
+            self.app.call_from_thread(self._watch_profile)
 
     def _done(self, message: str) -> None:
         self.message = printable(message)
         self.follow(self.snapshot)
+
+    @work(thread=True, exclusive=True, group="profile")
+    def _watch_profile(self) -> None:
+        """Ask how the profile goes until it is done (or failed), while the panel is open."""
+        worker = get_current_worker()
+        give_up = time.monotonic() + PROFILE_SECONDS + 60.0  # the agent stops only on a batch
+        try:
+            while not worker.is_cancelled and self.poller is not None:
+                reply = self.poller.act(self.pid, "profile_status")
+                status = reply.get("profile")
+                if not reply.get("ok") or not isinstance(status, ProfileStatus):
+                    self.app.call_from_thread(
+                        self._profiled, None, f"profile_status failed: {reply.get('message')}"
+                    )
+                    return
+                finished = status.state in ("idle", "done", "failed")
+                late = not finished and time.monotonic() > give_up
+                note = "profile: no batch came to end it (has the training loop stopped?)" if late else None
+                self.app.call_from_thread(self._profiled, status, note)
+                if finished or late:
+                    return
+                time.sleep(PROFILE_POLL_S)
+        except Exception:  # the app is closing under us: nothing left to show it on
+            return
+
+    def _profiled(self, status: ProfileStatus | None, message: str | None) -> None:
+        if status is not None:
+            self.profile = status
+            if status.state == "done":
+                self.message = "profile: done"
+        if message is not None:
+            self.message = printable(message)
+        self.follow(self.snapshot)
+
+
+def _share(value: float | None) -> str:
+    return f"{100 * value:.0f}%" if value is not None else NA
+
+
+def fmt_us(us: float | None) -> str:
+    if us is None:
+        return NA
+    if us < 1000:
+        return f"{us:.0f} µs"
+    if us < 1e6:
+        return f"{us / 1000:.1f} ms"
+    return f"{us / 1e6:.2f} s"
+
+
+def _op_line(op: ProfileOp, width: int, device: bool) -> str:
+    """One operator: its name cut to `width` (printable already), its self time and its calls."""
+    name = op.name if len(op.name) <= width else op.name[: width - 1] + "…"
+    time_us = op.self_device_us if device else op.self_cpu_us
+    calls = f"{op.count} calls" if op.count is not None else ""
+    return f"{name:<{width}}  {fmt_us(time_us):>9} self  {calls}"
