@@ -260,6 +260,9 @@ class TrainingProgress:
     steps_per_s: float | None = None
     data_wait_share: float | None = None  # 0..1 of step time spent waiting for the DataLoader
     window_s: float | None = None
+    steps: int | None = None  # batches since the agent started timing them
+    last_step_age_s: float | None = None  # seconds since the last batch, when the agent answered
+    usual_step_s: float | None = None  # the median time between batches over the window
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ has imported torch.utils.data (never importing it itself)."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
@@ -20,11 +21,13 @@ class Progress:
         self._events: deque[tuple[float, float]] = deque()  # (batch ready at, seconds waited for it)
         self._lock = threading.Lock()
         self._patched: Any = None
+        self._steps = 0  # every batch since install, not only the window's: "stalled at step N"
         # Called with each batch's wait, in the training thread, while a profile is wanted (profile.py).
         self.hook: Callable[[float], None] | None = None
 
     def record(self, ready_at: float, waited: float) -> None:
         with self._lock:
+            self._steps += 1
             self._events.append((ready_at, waited))
             while self._events and ready_at - self._events[0][0] > WINDOW_S:
                 self._events.popleft()
@@ -32,15 +35,21 @@ class Progress:
     def summary(self) -> dict[str, Any]:
         with self._lock:
             events = list(self._events)
+            steps = self._steps
         if len(events) < 2:
             return {"batches": len(events)}
         span = events[-1][0] - events[0][0]
         waited = sum(w for _, w in events[1:])
+        # The window is trimmed only when a batch arrives: a stalled job keeps its usual step time.
+        gaps = sorted(b[0] - a[0] for a, b in itertools.pairwise(events))
         return {
             "batches": len(events),
             "steps_per_s": round((len(events) - 1) / span, 3) if span > 0 else None,
             "data_wait_share": round(min(1.0, waited / span), 3) if span > 0 else None,
             "window_s": round(span, 1),
+            "steps": steps,
+            "last_step_age_s": round(max(0.0, self.clock() - events[-1][0]), 3),
+            "usual_step_s": round(gaps[len(gaps) // 2], 4),
         }
 
     def install(self) -> bool:

@@ -118,6 +118,9 @@ def _progress(p: object) -> TrainingProgress:
         steps_per_s=_real(p.get("steps_per_s"), "progress.steps_per_s", 0.0, 1e6),
         data_wait_share=_real(p.get("data_wait_share"), "progress.data_wait_share", 0.0, 1.0),
         window_s=_real(p.get("window_s"), "progress.window_s", 0.0, 1e7),
+        steps=_count(p.get("steps"), "progress.steps"),
+        last_step_age_s=_real(p.get("last_step_age_s"), "progress.last_step_age_s", 0.0, 1e9),
+        usual_step_s=_real(p.get("usual_step_s"), "progress.usual_step_s", 0.0, 1e7),
     )
 
 

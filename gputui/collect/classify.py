@@ -12,8 +12,9 @@ ORPHAN = "orphan"  # holds a device and its parent is gone (reparented to init o
 UNSEEN = "unseen"  # holds a device, NVML lists no memory for it, and no GPU process is its parent
 NVML_ONLY = "nvml-only"  # NVML lists it, this PID namespace cannot see it (a container), or it is gone
 NO_PERMISSION = "no-permission"  # its /proc/PID/fd is not readable: the device files it holds are unknown
+HUNG = "hung"  # no progress while its GPU busy-waits (a collective): set by the sampler, see collect.hung
 
-SUSPICIOUS = frozenset({DEFUNCT, STUCK, ORPHAN, UNSEEN, NVML_ONLY, NO_PERMISSION})
+SUSPICIOUS = frozenset({DEFUNCT, STUCK, ORPHAN, UNSEEN, NVML_ONLY, NO_PERMISSION, HUNG})
 # Parents known to adopt orphans, by name: only a hint on top of what /proc says (Facts.adopted), which
 # recognises any adopter.
 SUBREAPERS = frozenset(

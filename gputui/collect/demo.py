@@ -30,7 +30,7 @@ from typing import TypedDict
 import psutil
 
 from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
-from gputui.model import GpuProcess, GpuSample, MigInstance
+from gputui.model import GpuHealth, GpuProcess, GpuSample, MigInstance, XidEvent
 
 
 class _SlowFields(TypedDict):
@@ -55,6 +55,15 @@ _CHILD = Path(__file__).with_name("demo_train.py")
 _RAMP_S = 10.0  # warm-up: memory climbs, utilization follows
 _ALLREDUCE_BPS = 75e9  # NVLink bytes/s each way while training
 MIB = 1 << 20
+LEAKY_GPU = 3  # its trainer leaks after the warm-up: the memory forecast has something to show
+LEAK_FROM_S = 60.0
+LEAK_BPS = 120 * MIB / 60.0  # 120 MiB/min
+# With faults=True: from FAULT_AT_S on, FAULTY_GPU has had an uncorrectable memory error that was
+# contained (Xid 94) and whose row waits for a reset to be remapped (Xid 63, remap pending); the PCIe link
+# of NARROW_GPU trained at x8 of x16.
+FAULTY_GPU, NARROW_GPU = 1, 2
+FAULT_AT_S = 90.0
+FAULT_XIDS = (94, 63)
 # With mig=True, GPU 0 is split as an H100 80GB can be (sizes as nvidia-smi mig -lgip lists them):
 # (GPU instance, compute instance, profile, memory). Its trainer runs in the first.
 MIG_LAYOUT = ((1, 0, "3g.40gb", 40192 * MIB), (5, 0, "2g.20gb", 20224 * MIB), (13, 0, "1g.10gb", 9984 * MIB))
@@ -75,6 +84,10 @@ class _Sim:
             for _ in range(rng.randint(2, 3))
         )
         self.target_mem = int(rng.uniform(0.55, 0.9) * _TOTAL)
+        # The leaky trainer starts near the top, so its GPU fills within the hour (~50 min).
+        self.leaks = index == LEAKY_GPU
+        if self.leaks:
+            self.target_mem = _TOTAL - 7 * GIB
         self.power_cap = 500.0 if index == 3 else 700.0  # GPU 3 runs power-capped: it throttles
         self.uuid = "GPU-" + "-".join(f"{rng.getrandbits(b):0{b // 4}x}" for b in (32, 16, 16, 16, 48))
         self.ended_at: float | None = None  # when its trainer ended: from then on the GPU idles
@@ -124,9 +137,12 @@ class _Sim:
 
     def memory(self, t: float) -> int:
         """Climbs while the model and optimizer state load, then stays flat: the caching allocator keeps
-        what it reserved."""
+        what it reserved. The leaky GPU's trainer then grows LEAK_BPS (a list that keeps tensors)."""
         ramp = min(1.0, t / _RAMP_S)
-        return int(0.4 * GIB + ramp * (self.target_mem - 0.4 * GIB))
+        mem = int(0.4 * GIB + ramp * (self.target_mem - 0.4 * GIB))
+        if self.leaks and t > LEAK_FROM_S:  # until the GPU is full: a real one would then fail (OOM)
+            mem = min(_TOTAL - 2 * GIB, mem + int((t - LEAK_FROM_S) * LEAK_BPS))
+        return mem
 
     def temperature(self, t: float) -> int:
         """Follows the load of the last half minute, not of this second: the heatsink is slow."""
@@ -153,6 +169,7 @@ class DemoSource:
         clock: Callable[[], float] = time.time,
         start_at: float = 0.0,
         mig: bool = False,
+        faults: bool = False,
     ) -> None:
         """`start_at`: simulated seconds of training already done when the demo opens (0: warm-up).
         `mig`: GPU 0 is MIG-enabled (MIG_LAYOUT), its trainer in the 3g.40gb instance; as on a real MIG
@@ -162,6 +179,8 @@ class DemoSource:
         self.gpu_count, self.seed, self.workers, self.clock = gpus, seed, workers, clock
         self.start_at = start_at
         self.mig = mig
+        self.faults = faults
+        self._xids_sent = False
         self.sims = [_Sim(seed, i) for i in range(gpus)]
         self.devices_dir = Path("/nonexistent")
         self.trainers: list[subprocess.Popen[bytes]] = []
@@ -330,6 +349,7 @@ class DemoSource:
                     persistence_mode=True,
                     mig_mode=on_mig,
                     mig=self._mig_instances(sim, trainer_mem, leaked) if on_mig else (),
+                    health=self._health(i, t),
                     **self._slow[i],
                 )
             )
@@ -345,7 +365,32 @@ class DemoSource:
                 procs.append(
                     GpuProcess(gpu=i, pid=self.ghost_pid, kinds="C", used_memory=ghost, sm_util=0, mem_util=0)
                 )
-        return Reading(tuple(gpus), tuple(procs))
+        return Reading(tuple(gpus), tuple(procs), xids=self._fault_xids(t))
+
+    def _health(self, gpu: int, t: float) -> GpuHealth:
+        """A healthy H100 (ECC on, row remapping, no page retirement, PCIe gen 5 x16), unless `faults`."""
+        faulty = self.faults and gpu == FAULTY_GPU and t >= FAULT_AT_S
+        return GpuHealth(
+            ecc_corrected_volatile=0,
+            ecc_uncorrected_volatile=1 if faulty else 0,
+            ecc_corrected_aggregate=3 if gpu == FAULTY_GPU else 0,
+            ecc_uncorrected_aggregate=1 if faulty else 0,
+            remapped_rows_correctable=0,
+            remapped_rows_uncorrectable=1 if faulty else 0,
+            remap_pending=faulty,
+            remap_failed=False,
+            pcie_gen=5,
+            pcie_gen_max=5,
+            pcie_width=8 if self.faults and gpu == NARROW_GPU else 16,
+            pcie_width_max=16,
+        )
+
+    def _fault_xids(self, t: float) -> tuple[XidEvent, ...]:
+        """The faulty GPU's Xid events, once, in the first reading at or after FAULT_AT_S."""
+        if not self.faults or self._xids_sent or t < FAULT_AT_S or self.gpu_count <= FAULTY_GPU:
+            return ()
+        self._xids_sent = True
+        return tuple(XidEvent(gpu=FAULTY_GPU, xid=x, time=self._t0 + t) for x in FAULT_XIDS)
 
     @staticmethod
     def _mig_instances(sim: _Sim, trainer_mem: int, leaked: int) -> tuple[MigInstance, ...]:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from gputui.collect import classify, forecast, hung
 from gputui.collect.agents import AgentPoller
 from gputui.collect.history import History
 from gputui.collect.holders import HolderScanner
@@ -17,7 +18,9 @@ from gputui.collect.host import HostSampler
 from gputui.collect.owners import Owners
 from gputui.collect.procs import ProcessJoiner
 from gputui.collect.source import GpuSource, SourceInfo, SourceUnavailable
-from gputui.model import Owner, ProcessRow, Snapshot, unaccounted_memory
+from gputui.model import AgentReport, GpuSample, Owner, ProcessRow, Snapshot, unaccounted_memory
+
+TREND_EVERY_S = 5.0  # a process's memory trend is recomputed at most this often
 
 
 class Sampler:
@@ -57,6 +60,13 @@ class Sampler:
         self._closed = False
         self._tick_lock = threading.Lock()  # so may the first tick: see prefetch()
         self._early: Snapshot | None = None
+        # Per process (pid, create time): its memory and agent numbers, its trend, since when it idles;
+        # per GPU: its recent utilization and power. For the forecast and the hung rules.
+        self.memory = forecast.MemorySeries()
+        self.gpu_windows: dict[int, hung.GpuWindow] = {}
+        self.hung_rules = hung.DEFAULT
+        self._trends: dict[tuple[int, float | None], tuple[float, forecast.Forecast]] = {}
+        self._quiet_since: dict[tuple[int, float | None], float] = {}
 
     def open(self) -> SourceInfo:
         """Open the source once; a second caller waits for the first and gets the same answer."""
@@ -111,8 +121,11 @@ class Sampler:
         minors = {g.minor: g.index for g in reading.gpus if g.minor is not None}
         rows, hosts = self._joiner.join(reading.processes, scan, minors, relatives=self.want_relatives)
         rows = self._with_owners(rows)
+        wall = self.clock()
+        agents = self.agents.poll()
+        rows = self._with_trends(rows, reading.gpus, agents, wall)
         snap = Snapshot(
-            time=self.clock(),
+            time=wall,
             hostname=self.hostname,
             source=self.source.name,
             driver_version=self.info.driver_version,
@@ -127,13 +140,100 @@ class Sampler:
             errors=reading.errors,
             host_processes=hosts,
             unreadable_fds=len(scan.unreadable) if scan else 0,
-            agents=self.agents.poll(),
+            agents=agents,
             host=self.host.read(),
         )
         if self.history is not None:
             self.history.add(snap)
         self.ticks += 1
         return snap
+
+    def _with_trends(
+        self,
+        rows: tuple[ProcessRow, ...],
+        gpus: tuple[GpuSample, ...],
+        agents: dict[int, AgentReport],
+        now: float,
+    ) -> tuple[ProcessRow, ...]:
+        """Each GPU row with its memory trend, its GPU's time to full and, when it looks hung, why (its
+        class then `hung`, if it had none). Rows are copied only when one of those is known."""
+        for gpu in gpus:
+            self.gpu_windows.setdefault(gpu.index, hung.GpuWindow()).add(now, gpu)
+        by_index = {g.index: g for g in gpus}
+        keys: list[tuple[int, float | None]] = []
+        growth: dict[int, float | None] = {}  # row index -> bytes/s
+        for i, row in enumerate(rows):
+            if row.gpu is None:
+                continue
+            key = (row.pid, row.create_time)
+            keys.append(key)
+            self.memory.add(key, now, row.used_memory)
+            report = agents.get(row.pid)
+            if report is not None and report.ok and report.devices:
+                self.memory.add_agent(
+                    key,
+                    now,
+                    sum(d.allocated or 0 for d in report.devices),
+                    sum(d.reserved or 0 for d in report.devices),
+                )
+            if row.cpu_percent is not None:
+                if row.cpu_percent <= hung.CPU_QUIET:
+                    self._quiet_since.setdefault(key, now)
+                else:
+                    self._quiet_since.pop(key, None)
+            growth[i] = self._trend(key, now, row.create_time)
+        # A GPU (or MIG instance) fills at the rate of all its growing processes together.
+        filling: dict[tuple[int, int | None], float] = {}
+        for i, g in growth.items():
+            if g:
+                where = (rows[i].gpu or 0, rows[i].gpu_instance)
+                filling[where] = filling.get(where, 0.0) + g
+        out = list(rows)
+        for i, g in growth.items():
+            row = rows[i]
+            sample = by_index.get(row.gpu or 0)
+            full_in = None
+            if g and sample is not None:
+                full_in = forecast.seconds_until_full(
+                    _free(sample, row.gpu_instance), filling[(row.gpu or 0, row.gpu_instance)]
+                )
+            verdict = self._hung(row, agents.get(row.pid), now)
+            if g is None and verdict is None:
+                continue
+            changes: dict[str, object] = {"memory_growth": g, "full_in": full_in, "hung": verdict}
+            if verdict is not None and row.category == classify.OK:
+                changes.update(category=classify.HUNG, reason=verdict)
+            out[i] = dataclasses.replace(row, **changes)  # type: ignore[arg-type]
+        self.memory.forget_except(keys)
+        live = set(keys)
+        for store in (self._trends, self._quiet_since):
+            for key in [k for k in store if k not in live]:
+                del store[key]
+        return tuple(out)
+
+    def _trend(self, key: tuple[int, float | None], now: float, born: float | None) -> float | None:
+        """bytes/s (0.0: not growing), None: not enough data yet; recomputed every TREND_EVERY_S."""
+        cached = self._trends.get(key)
+        if cached is None or now >= cached[0] or now < cached[0] - 2 * TREND_EVERY_S:
+            f = forecast.forecast(self.memory.series(key), now, born)
+            # Spread the processes' recomputations over the period, not all on one tick.
+            spread = TREND_EVERY_S * (0.75 + 0.5 * ((key[0] * 2654435761) % 1000) / 1000)
+            cached = self._trends[key] = (now + spread, f)
+        f = cached[1]
+        return f.growth if f.enough else None
+
+    def _hung(self, row: ProcessRow, report: AgentReport | None, now: float) -> str | None:
+        gpu = self.gpu_windows.get(row.gpu or 0)
+        if report is not None and report.progress.steps is not None:  # the agent knows: only its rule
+            return hung.stalled(report, gpu, now, self.hung_rules)
+        if not row.kinds:  # not in NVML's lists: a data-loader worker, not the GPU's user
+            return None
+        since = self._quiet_since.get((row.pid, row.create_time))
+        return hung.possibly_hung(None if since is None else now - since, gpu, now, self.hung_rules)
+
+    def memory_split(self, pid: int, create_time: float | None) -> forecast.Split | None:
+        """With an agent: whether allocated (a leak) or only reserved (fragmentation) grows."""
+        return self.memory.split((pid, create_time), self.clock(), create_time)
 
     def _with_owners(self, rows: tuple[ProcessRow, ...]) -> tuple[ProcessRow, ...]:
         """Each row with its container, pod or SLURM job; an orphan's reason says whose, and whether
@@ -184,6 +284,17 @@ class Sampler:
             if row.reason
             else f"orphan of {_whose(owner)}{state}"
         )
+
+
+def _free(gpu: GpuSample, instance: int | None) -> int | None:
+    """Free memory of the GPU, or of the process's MIG instance."""
+    if instance is not None:
+        for mig in gpu.mig:
+            if mig.gpu_instance == instance and mig.mem_total is not None and mig.mem_used is not None:
+                return max(0, mig.mem_total - mig.mem_used)
+    if gpu.mem_total is None or gpu.mem_used is None:
+        return None
+    return max(0, gpu.mem_total - gpu.mem_used)
 
 
 def _whose(owner: Owner) -> str:

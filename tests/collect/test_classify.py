@@ -252,4 +252,4 @@ def test_invisible_wins_over_everything() -> None:
 
 def test_suspicious_classes() -> None:
     assert {OK, WORKER}.isdisjoint(SUSPICIOUS)
-    assert {DEFUNCT, STUCK, ORPHAN, UNSEEN, NVML_ONLY, NO_PERMISSION} == SUSPICIOUS
+    assert {DEFUNCT, STUCK, ORPHAN, UNSEEN, NVML_ONLY, NO_PERMISSION, "hung"} == SUSPICIOUS

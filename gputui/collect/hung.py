@@ -1,0 +1,145 @@
+"""Hung jobs: a process that no longer makes progress while its GPU looks busy.
+
+A rank waiting in a collective (an all-reduce whose peer died or diverged) spins a NCCL kernel: the GPU
+reports ~100 % utilization, yet draws little more than its idle power, and the host process sleeps.
+Two rules, pure functions of what the sampler has:
+
+- With the agent: its last step is older than STALL_FACTOR times its usual (median) step time, and at
+  least STALL_MIN_S; while the GPU shows >= BUSY_AGENT % utilization and is not drawing working power.
+- Without it: utilization >= BUSY_NO_AGENT % and power near idle on every sample of the last QUIET_S,
+  and the process at <= CPU_QUIET % CPU for as long.
+
+"Near idle": at most the GPU's idle level plus NEAR_IDLE_SHARE of its power limit. The idle level is
+the lowest power this GPU drew while gputui watched it, but never above IDLE_SHARE of the limit (a GPU
+busy since gputui started has not shown its idle level). So an H100 (700 W) is near idle below about
+70 + 105 W, while training draws 300-700 W. Without a power limit there is no verdict.
+
+Not hung: a GPU computing at full power (a long step, an eval loop without a DataLoader), an eval or
+checkpoint phase (the GPU is idle or the process works on the CPU), a job that has not stepped yet.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from gputui.model import AgentReport, GpuSample
+
+STALL_FACTOR = 20.0
+STALL_MIN_S = 60.0
+BUSY_AGENT = 90
+BUSY_NO_AGENT = 95
+QUIET_S = 120.0
+CPU_QUIET = 2.0
+IDLE_SHARE = 0.2
+NEAR_IDLE_SHARE = 0.15
+MIN_STEPS = 3  # a job must have stepped before it can stall
+KEEP_S = 600.0  # the GPU window the rules look at
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """The thresholds, one place; tests shorten the times."""
+
+    stall_factor: float = STALL_FACTOR
+    stall_min_s: float = STALL_MIN_S
+    quiet_s: float = QUIET_S
+
+
+DEFAULT = Rules()
+
+
+class GpuWindow:
+    """One GPU's recent (time, util %, watts), and the lowest power it drew since gputui met it."""
+
+    def __init__(self) -> None:
+        self.samples: deque[tuple[float, int | None, float | None]] = deque()
+        self.lowest_power: float | None = None
+        self.power_limit: float | None = None
+
+    def add(self, now: float, gpu: GpuSample) -> None:
+        power = None if gpu.lost else gpu.power
+        self.samples.append((now, None if gpu.lost else gpu.util_gpu, power))
+        if power is not None and (self.lowest_power is None or power < self.lowest_power):
+            self.lowest_power = power
+        if gpu.power_limit:
+            self.power_limit = gpu.power_limit
+        while self.samples and self.samples[0][0] < now - KEEP_S:
+            self.samples.popleft()
+
+    def near_idle_w(self) -> float | None:
+        """The power below which this GPU counts as idle; None: no power limit known."""
+        if not self.power_limit:
+            return None
+        idle = IDLE_SHARE * self.power_limit
+        if self.lowest_power is not None:
+            idle = min(idle, self.lowest_power)
+        return idle + NEAR_IDLE_SHARE * self.power_limit
+
+    def since(self, start: float) -> list[tuple[float, int | None, float | None]]:
+        return [s for s in self.samples if s[0] >= start]
+
+    def busy_at_idle_power(self, now: float, span: float, busy: int) -> tuple[bool, int, float] | None:
+        """Over the last `span` seconds: (every sample >= `busy` % and near idle power, lowest util, highest
+        watts); None: the window does not cover `span`, or util or power is unknown."""
+        near = self.near_idle_w()
+        if near is None or not self.samples or self.samples[0][0] > now - span + 1.0:
+            return None
+        recent = self.since(now - span)
+        utils = [u for _, u, _ in recent if u is not None]
+        watts = [w for _, _, w in recent if w is not None]
+        if len(utils) < 3 or len(watts) < 3 or len(utils) < len(recent) // 2:
+            return None
+        low, high = min(utils), max(watts)
+        return (low >= busy and high <= near), low, high
+
+
+def _steps(n: int) -> str:
+    return f"{n:,}"
+
+
+def _dur(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
+
+
+def _step_time(s: float) -> str:
+    return f"{s:.2g} s" if s < 10 else f"{s:.0f} s"
+
+
+def stalled(report: AgentReport, gpu: GpuWindow | None, now: float, rules: Rules = DEFAULT) -> str | None:
+    """The agent's rule: `stalled at step 41,230 for 3 min (usual step 0.4 s); GPU busy: probably
+    waiting in a collective`; None: stepping, never stepped, or the GPU does not look busy-waiting."""
+    if report.status == "unreadable":
+        return None
+    p = report.progress
+    if p.steps is None or p.steps < MIN_STEPS or p.usual_step_s is None or p.last_step_age_s is None:
+        return None
+    age = p.last_step_age_s
+    if report.time is not None and now > report.time:  # a slow agent's numbers are from then
+        age += min(now - report.time, 3600.0)
+    if age < max(rules.stall_factor * p.usual_step_s, rules.stall_min_s):
+        return None
+    if gpu is None:
+        return None
+    seen = gpu.busy_at_idle_power(now, min(age, rules.quiet_s), BUSY_AGENT)
+    if seen is None or not seen[0]:
+        return None
+    return (
+        f"stalled at step {_steps(p.steps)} for {_dur(age)} (usual step {_step_time(p.usual_step_s)}); "
+        f"GPU busy ({seen[1]}%+ at {seen[2]:.0f} W): probably waiting in a collective"
+    )
+
+
+def possibly_hung(
+    quiet_s: float | None, gpu: GpuWindow | None, now: float, rules: Rules = DEFAULT
+) -> str | None:
+    """The rule without an agent, for a process that has been at ~0 % CPU for `quiet_s` seconds."""
+    if quiet_s is None or quiet_s < rules.quiet_s or gpu is None:
+        return None
+    seen = gpu.busy_at_idle_power(now, rules.quiet_s, BUSY_NO_AGENT)
+    if seen is None or not seen[0]:
+        return None
+    return (
+        f"possibly hung (collective wait): GPU {seen[1]}%+ busy at {seen[2]:.0f} W (near idle) "
+        f"and 0% CPU for {_dur(quiet_s)}"
+    )
