@@ -699,7 +699,9 @@ class GpuTuiApp(BaseApp):
 
             # While it is open, the sampler reads the GPU processes' parents: a job's row names its launcher.
             self.sampler.want_relatives = True
-            screen = EventsScreen(self.dips, self.history, self.snapshot, self.panes.window)
+            screen = EventsScreen(
+                self.dips, self.history, self.snapshot, self.panes.window, tuple(self.panes.xids)
+            )
             self.push_screen(screen, lambda _: setattr(self.sampler, "want_relatives", self.view.tree))
 
     def action_cycle_layout(self) -> None:

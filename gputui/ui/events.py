@@ -1,4 +1,6 @@
-"""The Events pane: every utilization dip, newest first, and per-GPU dip rates over the visible window.
+"""The Events pane: the GPUs' health (each Xid with its meaning and what to do), the processes whose
+memory fills their GPU soon or that look hung, then every utilization dip, newest first, and per-GPU dip
+rates over the visible window.
 The dips of one job that happen together (eight ranks waiting on one all-reduce) are one row: see
 gputui.ui.dip_groups. The summary still counts each GPU's own dips."""
 
@@ -15,22 +17,33 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from gputui.collect.dips import DipDetector
+from gputui.collect.health import ERROR, problems
 from gputui.collect.history import History
-from gputui.model import Snapshot
+from gputui.collect.xid import describe, xid_name
+from gputui.model import Snapshot, XidEvent
 from gputui.ui.dip_groups import DipGroup, Jobs, compact_gpus, group_dips, sample_interval
-from gputui.ui.screens import MODAL_CSS, Modal
-from gputui.units import NA
+from gputui.ui.screens import MODAL_CSS, Modal, memory_trend
+from gputui.units import NA, printable
 
 SHOWN = 200  # rows (a group of dips is one)
+MAX_XID_ROWS = 50
 
 
 class EventsScreen(Modal[None]):
     DEFAULT_CSS = MODAL_CSS
     BINDINGS = [Binding("escape,q,e", "dismiss", "Close")]
 
-    def __init__(self, dips: DipDetector, history: History, snapshot: Snapshot, window: float) -> None:
+    def __init__(
+        self,
+        dips: DipDetector,
+        history: History,
+        snapshot: Snapshot,
+        window: float,
+        xids: tuple[XidEvent, ...] = (),
+    ) -> None:
         super().__init__()
         self.dips, self.history, self.snapshot, self.window = dips, history, snapshot, window
+        self.xids = list(xids)  # the recent Xid errors (the GPU panes keep an hour of them)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -41,6 +54,8 @@ class EventsScreen(Modal[None]):
 
     def follow(self, snap: Snapshot) -> None:
         """Called by the app with every new snapshot while this screen is on top."""
+        if snap is not self.snapshot:
+            self.xids.extend(snap.xids)
         self.snapshot = snap
         self.query_one("#events", Static).update(self.render_events())
 
@@ -111,8 +126,51 @@ class EventsScreen(Modal[None]):
             )
         return table
 
+    def health_parts(self) -> list[Text | Table]:
+        """The GPUs' health problems (each Xid with its meaning and what to do), the processes whose memory
+        fills their GPU soon, and the ones that look hung: before the dips, since they matter more."""
+        parts: list[Text | Table] = []
+        snap = self.snapshot
+        found = [p for g in snap.gpus for p in problems(g, self.xids, xid_name)]
+        if found or self.xids:
+            parts.append(Text("GPU health", style="bold"))
+            table = Table(box=None, padding=(0, 2), header_style="bold")
+            for name in ("GPU", "problem", "what to do"):
+                table.add_column(name)
+            for p in found:
+                table.add_row(
+                    str(p.gpu), Text(p.text, style="red" if p.severity == ERROR else "yellow"), p.fix
+                )
+            parts.append(table)
+            if self.xids:
+                xids = Table(box=None, padding=(0, 2), header_style="bold")
+                for name in ("time", "GPU", "Xid", "what happened", "what to do"):
+                    xids.add_column(name)
+                for x in sorted(self.xids, key=lambda e: e.time, reverse=True)[:MAX_XID_ROWS]:
+                    info = describe(x.xid)
+                    xids.add_row(
+                        time.strftime("%H:%M:%S", time.localtime(x.time)),
+                        str(x.gpu),
+                        str(x.xid),
+                        Text(f"{info.name}: {info.what}"),
+                        Text(info.fix),
+                    )
+                parts.append(xids)
+            parts.append(Text(""))
+        watch = [r for r in snap.processes if r.hung or (r.full_in is not None)]
+        if watch:
+            parts.append(Text("Before it breaks", style="bold"))
+            for r in sorted(watch, key=lambda r: (r.hung is None, r.full_in or 0.0)):
+                why = r.hung or memory_trend(r) or ""
+                parts.append(
+                    Text(printable(f"pid {r.pid} (GPU {r.gpu}): {why}"), style="red" if r.hung else "yellow")
+                )
+            parts.append(Text(""))
+        return parts
+
     def render_events(self) -> Group:
         parts: list[Text | Table] = [
+            *self.health_parts(),
             Text("Utilization dips", style="bold"),
             Text(
                 "Under half the recent busy median and 20+ points below it, for 2 s or more, with a process "
