@@ -28,7 +28,14 @@ NO_DRIVER_HINT = "run `gputui --demo` for simulated GPUs, or `gputui doctor` to 
 ATTACH_TIMEOUT_S = 8.0
 # Source flags are declared once (the parent parser below) and accepted before or after a subcommand;
 # given nowhere, they take these values.
-SOURCE_DEFAULTS = {"demo": False, "demo_gpus": 4, "demo_mig": False, "seed": 0, "devices_dir": None}
+SOURCE_DEFAULTS = {
+    "demo": False,
+    "demo_gpus": 4,
+    "demo_mig": False,
+    "demo_faults": False,
+    "seed": 0,
+    "devices_dir": None,
+}
 EXAMPLES = """\
 examples:
   gputui                        watch this machine's GPUs
@@ -68,6 +75,12 @@ def _source_parent() -> argparse.ArgumentParser:
         action="store_true",
         default=argparse.SUPPRESS,
         help="the demo's GPU 0 is split into MIG instances (3g.40gb, 2g.20gb, 1g.10gb)",
+    )
+    flags.add_argument(
+        "--demo-faults",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="the demo's GPUs fall ill after 90 s: ECC errors, a pending row remap, Xid 94 and 63, a x8 link",
     )
     flags.add_argument(
         "--seed", type=int, metavar="N", default=argparse.SUPPRESS, help="the demo's random seed (default 0)"
@@ -436,7 +449,7 @@ def _tui(args: argparse.Namespace) -> int:
     no_terminal_hint = "; `gputui --once` prints a table, `gputui --json` a snapshot"
     if args.demo and commands.no_terminal("gputui", "the monitor is full-screen", no_terminal_hint):
         return 2
-    sampler = Sampler(commands.make_source(args), devices_dir=args.devices_dir)
+    sampler = Sampler(commands.make_source(args, watch=True), devices_dir=args.devices_dir)
     try:
         if not args.demo:
             sampler.open()  # fail with one clear line before the screen switches

@@ -20,14 +20,18 @@ if TYPE_CHECKING:
 AUTOSTART = Path(__file__).resolve().parent / "agent" / "autostart"
 
 
-def make_source(args: argparse.Namespace, start_at: float = 0.0) -> GpuSource:
+def make_source(args: argparse.Namespace, start_at: float = 0.0, watch: bool = False) -> GpuSource:
+    """`watch`: a long-running reader (the monitor, record, export): NVML's Xid events get a thread of
+    their own. A one-shot reading starts none."""
     if args.demo:
         from gputui.collect.demo import DemoSource
 
-        return DemoSource(gpus=args.demo_gpus, seed=args.seed, start_at=start_at, mig=args.demo_mig)
+        return DemoSource(
+            gpus=args.demo_gpus, seed=args.seed, start_at=start_at, mig=args.demo_mig, faults=args.demo_faults
+        )
     from gputui.collect.nvml import NvmlSource
 
-    return NvmlSource(devices_dir=args.devices_dir or Path("/dev"))
+    return NvmlSource(devices_dir=args.devices_dir or Path("/dev"), xid_events=watch)
 
 
 def say(prog: str, message: str) -> None:
@@ -180,7 +184,7 @@ def record(args: argparse.Namespace) -> int:
         return 2
     late = ""
     try:
-        with Sampler(make_source(args), devices_dir=args.devices_dir) as sampler:
+        with Sampler(make_source(args, watch=True), devices_dir=args.devices_dir) as sampler:
             pacer = record_paced(
                 recorder,
                 sampler.tick,
@@ -248,7 +252,7 @@ def export(args: argparse.Namespace) -> int:
     from gputui.collect.sampler import Sampler
 
     try:  # SIGTERM / SIGINT (SystemExit) is how a service is stopped, whenever it comes: a clean exit
-        with Sampler(make_source(args, start_at=120.0), devices_dir=args.devices_dir) as sampler:
+        with Sampler(make_source(args, start_at=120.0, watch=True), devices_dir=args.devices_dir) as sampler:
             if args.hostname:
                 sampler.hostname = args.hostname
             exporter = ex.Exporter(sampler)

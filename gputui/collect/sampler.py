@@ -142,6 +142,7 @@ class Sampler:
             unreadable_fds=len(scan.unreadable) if scan else 0,
             agents=agents,
             host=self.host.read(),
+            xids=reading.xids,
         )
         if self.history is not None:
             self.history.add(snap)

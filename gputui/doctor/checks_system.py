@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gputui.collect.health import ERROR, problems
 from gputui.doctor.facts import SystemFacts
 from gputui.doctor.report import Check, ok, problem, warning
 
@@ -126,3 +127,18 @@ def gpus(f: SystemFacts) -> list[Check]:
     elif all(g.mig is not None for g in f.gpus if not g.lost):
         checks.append(ok("gpus", "MIG mode off"))
     return checks
+
+
+def health(f: SystemFacts) -> list[Check]:
+    """ECC errors, row remapping and retired pages, a PCIe link below its maximum: each with the fix (drain,
+    reset when no process uses the GPU, RMA). Said only when NVML reported any of it."""
+    known = [g for g in f.samples if g.health is not None and not g.lost]
+    if not known:
+        return []
+    out = []
+    for p in (p for g in known for p in problems(g)):
+        judge = problem if p.severity == ERROR else warning
+        out.append(judge("health", p.text, p.fix))
+    if not out:
+        out.append(ok("health", "no ECC errors, no pending row remap or retirement, PCIe at full width"))
+    return out

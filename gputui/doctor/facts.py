@@ -14,7 +14,7 @@ import pynvml
 
 from gputui.collect.nvml import NvmlSource
 from gputui.collect.source import SourceUnavailable
-from gputui.model import GpuProcess, MigInstance
+from gputui.model import GpuProcess, GpuSample, MigInstance
 
 _MODULE_VERSION = re.compile(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d+(?:\.\d+)+)")
 
@@ -51,6 +51,7 @@ class SystemFacts:
     processes: tuple[GpuProcess, ...] = ()
     # path -> "ok", "missing" or "no access" (not readable and writable by this user)
     device_files: dict[str, str] = field(default_factory=dict)
+    samples: tuple[GpuSample, ...] = ()  # NVML's reading of each GPU: its health (ECC, remaps, PCIe link)
 
     def by_index(self, index: int) -> GpuFact | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -160,6 +161,7 @@ def gather(
         )
         minors = [g.minor for g in gpus if g.minor is not None]  # a lost GPU's file is unknown
         return SystemFacts(
+            samples=reading.gpus,
             kernel_module=module,
             library=loaded_library(maps),
             driver_version=info.driver_version,

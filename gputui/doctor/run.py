@@ -29,7 +29,7 @@ def diagnose(
     env = dict(os.environ if env is None else env)
     if system is None:
         system = facts.gather(root, devices_dir=devices_dir) if devices_dir else facts.gather(root)
-    out = checks_system.driver(system) + checks_system.gpus(system)
+    out = checks_system.driver(system) + checks_system.gpus(system) + checks_system.health(system)
     seen_by_cuda: tuple[facts.GpuFact, ...] = ()
     if system.gpus:
         out.append(checks_cuda.visible_devices(env, system.gpus))
