@@ -46,12 +46,16 @@ class Clock:
 
 
 async def shoot(
-    name: str, size: tuple[int, int], gpus: int, keys: tuple[str, ...] = (), agent: bool = False
+    name: str,
+    size: tuple[int, int],
+    gpus: int,
+    keys: tuple[str, ...] = (),
+    agent: bool = False,
+    faults: bool = False,
 ) -> None:
     clock = Clock()
-    sampler = Sampler(
-        DemoSource(gpus=gpus, seed=0, clock=clock, start_at=600.0), clock=clock, monotonic=clock
-    )
+    demo = DemoSource(gpus=gpus, seed=0, clock=clock, start_at=600.0, faults=faults)
+    sampler = Sampler(demo, clock=clock, monotonic=clock)
     if agent:  # the demo's trainer 0 "runs" an agent: a reply recorded in tests/fixtures
         sampler.agents = _RecordedAgent(sampler)  # type: ignore[assignment]
     app = GpuTuiApp(sampler, interval=1.0)
@@ -205,6 +209,9 @@ async def main() -> None:
     await shoot("detail", (120, 40), gpus=4, keys=("enter",))
     await shoot("help", (120, 40), gpus=4, keys=("question_mark",))
     await shoot("allocator", (120, 40), gpus=4, keys=("a",), agent=True)
+    # --demo-faults: GPU 1's health mark, GPU 2's x8 link, GPU 3's leak; then Events lists them all.
+    await shoot("health-120x40", (120, 40), gpus=4, faults=True)
+    await shoot("events-health", (120, 40), gpus=4, keys=("e",), faults=True)
 
 
 if __name__ == "__main__":

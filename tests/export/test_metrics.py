@@ -435,7 +435,15 @@ def test_zombie_counts_per_class_with_zeros() -> None:
     ]
     s = scrape_snapshot(snapshot(processes=procs))
     counts = s.by("gputui_zombie_processes", "class", Hostname=HOST)
-    assert counts == {"defunct": 2, "orphan": 1, "nvml-only": 1, "stuck": 0, "unseen": 0, "no-permission": 0}
+    assert counts == {
+        "defunct": 2,
+        "orphan": 1,
+        "nvml-only": 1,
+        "stuck": 0,
+        "unseen": 0,
+        "no-permission": 0,
+        "hung": 0,
+    }
     assert set(counts) == set(SUSPICIOUS)
     assert all(labels.keys() == {"Hostname", "class"} for labels, _ in s.series("gputui_zombie_processes"))
 

@@ -50,8 +50,8 @@ def rig_stuck_source(marker: Path, close_hangs: bool = False) -> None:
     StuckDemo.marker, StuckDemo.close_hangs = marker, close_hangs
     original = commands.make_source
 
-    def make_source(args, start_at: float = 0.0):  # type: ignore[no-untyped-def]
-        source = original(args, start_at)
+    def make_source(args, start_at: float = 0.0, watch: bool = False):  # type: ignore[no-untyped-def]
+        source = original(args, start_at, watch)
         assert isinstance(source, DemoSource)
         return StuckDemo(gpus=source.gpu_count, seed=source.seed, start_at=source.start_at)
 
