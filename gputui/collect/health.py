@@ -59,8 +59,9 @@ def problems(
         if h.ecc_uncorrected_volatile:
             add(
                 ERROR,
-                f"ECC {h.ecc_uncorrected_volatile} errors",
-                f"GPU {g.index}: {h.ecc_uncorrected_volatile} uncorrected ECC errors since the driver loaded",
+                f"ECC {_errors(h.ecc_uncorrected_volatile)}",
+                f"GPU {g.index}: {_errors(h.ecc_uncorrected_volatile, 'uncorrected ECC')} since the driver "
+                "loaded",
                 "drain it; reset it when idle; if they come back, RMA",
             )
         if h.pcie_width is not None and h.pcie_width_max and h.pcie_width < h.pcie_width_max:
@@ -81,8 +82,12 @@ def problems(
     elif g.ecc_errors:
         add(
             ERROR,
-            f"ECC {g.ecc_errors} errors",
-            f"GPU {g.index}: {g.ecc_errors} uncorrected ECC errors since the driver loaded",
+            f"ECC {_errors(g.ecc_errors)}",
+            f"GPU {g.index}: {_errors(g.ecc_errors, 'uncorrected ECC')} since the driver loaded",
             "drain it; reset it when idle; if they come back, RMA",
         )
     return sorted(out, key=lambda p: p.severity != ERROR)
+
+
+def _errors(n: int, what: str = "") -> str:
+    return f"{n} {what + ' ' if what else ''}error{'s' if n != 1 else ''}"
