@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui.agent import protocol
-from gputui.collect import agent_reply, profile_reply
+from gputui.collect import agent_reply
 from gputui.model import AGENT_SLOW, AgentReport, Snapshot
 from gputui.units import printable
 
@@ -308,6 +308,8 @@ class AgentPoller:
         }
         if ok and op == "profile_status":  # its state and summary, validated like a stats reply
             try:
+                from gputui.collect import profile_reply  # only a profile's status needs it
+
                 out["profile"] = profile_reply.parse_status(data.get("profile"))
             except agent_reply.BadReply as err:
                 return {"ok": False, "message": printable(f"bad reply: {err}"[: agent_reply.MAX_TEXT])}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import http.client
 import json
 import os
 import pwd
@@ -27,9 +26,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gputui.model import Owner
 from gputui.units import printable
+
+if TYPE_CHECKING:
+    import http.client
 
 MAX_CGROUP_BYTES = 16384  # /proc/PID/cgroup: about 13 short lines on cgroup v1
 MAX_LINES = 32
@@ -240,26 +243,31 @@ MAX_ASKED = 4096
 _CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")  # docker's own rule, bounded
 
 
-class _UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
+def _unix_http(path: str, timeout: float) -> http.client.HTTPConnection:
+    """An HTTP connection over the unix socket `path`. http.client is imported here, on the API thread:
+    it costs ~18 ms, which every start (the first frame) would pay for a daemon most boxes do not run."""
+    import http.client
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.unix_path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+    class UnixHTTP(http.client.HTTPConnection):
+        def connect(self) -> None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(path)
+            except OSError:
+                sock.close()
+                raise
+            self.sock = sock
+
+    return UnixHTTP("localhost", timeout=timeout)
 
 
 def ask_container_name(path: str, cid: str, timeout: float = API_TIMEOUT_S) -> str | None:
     """A container's name from the Docker API at the unix socket `path`; None when it has none, the
     daemon does not know it, or does not answer within `timeout` (each read or write)."""
-    conn = _UnixHTTP(path, timeout)
+    import http.client
+
+    conn = _unix_http(path, timeout)
     try:
         conn.request("GET", f"/containers/{cid}/json")
         reply = conn.getresponse()
