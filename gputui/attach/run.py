@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -50,6 +50,7 @@ class Outcome:
     message: str  # one line
     already: bool = False
     seconds: float | None = None  # how long the debugger held the target (at most: gdb's whole run)
+    timed_out: bool = False  # the debugger was interrupted at the timeout (and its call unwound)
 
 
 def attach(pid: int, timeout: float = TIMEOUT_S, create_time: float | None = None) -> Outcome:
@@ -74,6 +75,11 @@ def attach(pid: int, timeout: float = TIMEOUT_S, create_time: float | None = Non
                 outcome = run_remote_exec(plan, boot, timeout)
             else:
                 outcome = run_debugger(plan, boot, timeout)
+                if outcome.timed_out:
+                    # Stopped at an unlucky instant (inside malloc, whose lock gdb's own call then waits
+                    # for): the call was unwound, the process runs on; another instant is almost surely fine.
+                    again = run_debugger(plan, boot, timeout)
+                    outcome = again if again.ok else replace(again, message=again.message + " (twice)")
             if not outcome.ok:
                 return outcome
             # gdb returns once the agent's socket is made; remote_exec once the script is queued.
@@ -236,6 +242,7 @@ def run_debugger(plan: Plan, boot: Path, timeout: float) -> Outcome:
             f"{name} did not finish within {timeout:g} s (the target may hold a lock its call needs): "
             f"it was interrupted and detached; pid {plan.pid} runs on as it was",
             seconds=time.monotonic() - started,
+            timed_out=True,
         )
     seconds = time.monotonic() - started
     if "gputui-attach: bootstrap returned 0" in out or "$gputui_rc = 0" in out:

@@ -256,8 +256,8 @@ def test_a_debugger_that_hangs_is_interrupted_and_the_target_runs_on(
 
 GIL_HOG = """
 import ctypes, sys, threading, time
-# PyDLL keeps the GIL through the call: this thread holds it for 6 s, the main thread waits for it.
-hog = threading.Thread(target=lambda: ctypes.PyDLL(None).sleep(6))
+# PyDLL keeps the GIL through the call: this thread holds it for 10 s, the main thread waits for it.
+hog = threading.Thread(target=lambda: ctypes.PyDLL(None).sleep(10))
 print("waiting", flush=True)
 hog.start()
 hog.join()
@@ -276,8 +276,9 @@ def test_a_gdb_call_that_cannot_get_the_gil_is_unwound_and_the_target_runs_on() 
         time.sleep(0.3)  # the hog has the GIL now
         t0 = time.monotonic()
         outcome = attach(target.pid, timeout=1.5)
-        assert time.monotonic() - t0 < 1.5 + 2.5
+        assert time.monotonic() - t0 < 2 * (1.5 + 2.5)  # tried twice: a timeout may be an unlucky instant
         assert not outcome.ok and "did not finish within 1.5 s" in outcome.message, outcome.message
+        assert outcome.message.endswith("(twice)")
         assert target.stdout.readline() == "alive\n"  # the hog let go; the main thread ran on
         assert target.poll() is None
         assert isinstance(check(target.pid), Plan)  # not traced any more: a plan, not a tracer refusal
