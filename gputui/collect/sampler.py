@@ -9,16 +9,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from gputui.collect import classify, forecast, hung
 from gputui.collect.agents import AgentPoller
 from gputui.collect.history import History
 from gputui.collect.holders import HolderScanner
 from gputui.collect.host import HostSampler
-from gputui.collect.owners import Owners
 from gputui.collect.procs import ProcessJoiner
 from gputui.collect.source import GpuSource, SourceInfo, SourceUnavailable
 from gputui.model import AgentReport, GpuSample, Owner, ProcessRow, Snapshot, unaccounted_memory
+
+if TYPE_CHECKING:
+    from gputui.collect.owners import Owners
 
 TREND_EVERY_S = 5.0  # a process's memory trend is recomputed at most this often
 
@@ -54,7 +57,7 @@ class Sampler:
         self._scanner: HolderScanner | None = None
         self.agents = agents if agents is not None else AgentPoller()
         self.host = host if host is not None else HostSampler(clock)
-        self.owners = owners if owners is not None else Owners(monotonic=monotonic)
+        self._owners = owners  # made on the first tick (see `owners`)
         self._last_slow: float | None = None
         self._lock = threading.Lock()  # open() may be started early on another thread
         self._closed = False
@@ -90,6 +93,20 @@ class Sampler:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    @property
+    def owners(self) -> Owners:
+        """Made when first needed: on the first tick, which the monitor takes on the prefetch thread while
+        Textual is imported, so its imports (json, sockets, the cgroup patterns) are not the first frame's."""
+        if self._owners is None:
+            from gputui.collect.owners import Owners
+
+            self._owners = Owners(monotonic=self.monotonic)
+        return self._owners
+
+    @owners.setter
+    def owners(self, owners: Owners) -> None:
+        self._owners = owners
 
     def prefetch(self) -> None:
         """Open and take the first tick now, on the caller's thread, while the UI is still starting up;
