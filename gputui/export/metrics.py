@@ -18,7 +18,7 @@ most one series per process or per job and GPU: cardinality grows with what runs
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from prometheus_client.samples import Sample
 
 from gputui.collect.classify import SUSPICIOUS
 from gputui.collect.dips import Dip
-from gputui.model import GpuHealth, GpuSample, MigInstance, Owner, ProcessRow, Snapshot, XidEvent
+from gputui.model import GpuSample, MigInstance, Owner, ProcessRow, Snapshot, XidEvent
 from gputui.units import printable
 
 MIB = 1024 * 1024
@@ -97,67 +97,32 @@ DCGM_FIELDS: tuple[tuple[str, str, str, Any], ...] = (
 )
 
 
-def _health(read: Callable[[GpuHealth], int | bool | None]) -> Callable[[GpuSample], float | None]:
-    def value(g: GpuSample) -> float | None:
-        v = read(g.health) if g.health is not None else None
-        return None if v is None else float(v)
-
-    return value
-
-
-# GPU health, under dcgm-exporter's names (DCGM's field names); a field NVML does not report has no sample.
-HEALTH_FIELDS: tuple[tuple[str, str, Callable[[GpuSample], float | None]], ...] = (
-    (
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "Single-bit volatile ECC errors.",
-        _health(lambda h: h.ecc_corrected_volatile),
-    ),
-    (
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "Double-bit volatile ECC errors.",
-        _health(lambda h: h.ecc_uncorrected_volatile),
-    ),
-    (
-        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-        "Single-bit persistent ECC errors.",
-        _health(lambda h: h.ecc_corrected_aggregate),
-    ),
-    (
-        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-        "Double-bit persistent ECC errors.",
-        _health(lambda h: h.ecc_uncorrected_aggregate),
-    ),
-    (
-        "DCGM_FI_DEV_RETIRED_SBE",
-        "Pages retired for single-bit errors.",
-        _health(lambda h: h.retired_pages_sbe),
-    ),
-    (
-        "DCGM_FI_DEV_RETIRED_DBE",
-        "Pages retired for double-bit errors.",
-        _health(lambda h: h.retired_pages_dbe),
-    ),
-    ("DCGM_FI_DEV_RETIRED_PENDING", "Pages pending retirement.", _health(lambda h: h.retired_pages_pending)),
+# GPU health under dcgm-exporter's names (DCGM's field names) and the GpuHealth field each one reads; a
+# field NVML does not report has no sample.
+HEALTH_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Single-bit volatile ECC errors.", "ecc_corrected_volatile"),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Double-bit volatile ECC errors.", "ecc_uncorrected_volatile"),
+    ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "Single-bit persistent ECC errors.", "ecc_corrected_aggregate"),
+    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "Double-bit persistent ECC errors.", "ecc_uncorrected_aggregate"),
+    ("DCGM_FI_DEV_RETIRED_SBE", "Pages retired for single-bit errors.", "retired_pages_sbe"),
+    ("DCGM_FI_DEV_RETIRED_DBE", "Pages retired for double-bit errors.", "retired_pages_dbe"),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "Pages pending retirement.", "retired_pages_pending"),
     (
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
         "Rows remapped for correctable errors.",
-        _health(lambda h: h.remapped_rows_correctable),
+        "remapped_rows_correctable",
     ),
     (
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "Rows remapped for uncorrectable errors.",
-        _health(lambda h: h.remapped_rows_uncorrectable),
+        "remapped_rows_uncorrectable",
     ),
-    (
-        "DCGM_FI_DEV_ROW_REMAP_PENDING",
-        "A row remap waits for a GPU reset.",
-        _health(lambda h: h.remap_pending),
-    ),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "A row remap failed.", _health(lambda h: h.remap_failed)),
-    ("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe link generation.", _health(lambda h: h.pcie_gen)),
-    ("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "PCIe maximum link generation.", _health(lambda h: h.pcie_gen_max)),
-    ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe link width.", _health(lambda h: h.pcie_width)),
-    ("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "PCIe maximum link width.", _health(lambda h: h.pcie_width_max)),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "A row remap waits for a GPU reset.", "remap_pending"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "A row remap failed.", "remap_failed"),
+    ("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe link generation.", "pcie_gen"),
+    ("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "PCIe maximum link generation.", "pcie_gen_max"),
+    ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe link width.", "pcie_width"),
+    ("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "PCIe maximum link width.", "pcie_width_max"),
 )
 
 
@@ -224,12 +189,12 @@ def _printable_sample(sample: Sample) -> Sample:
 def _health_families(
     live: list[GpuSample], labels: dict[int, list[str]], xids: XidCounters | None
 ) -> Iterator[Metric]:
-    for name, doc, read in HEALTH_FIELDS:
+    for name, doc, attr in HEALTH_FIELDS:
         fam = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
         for g in live:
-            value = read(g)
+            value = getattr(g.health, attr) if g.health is not None else None
             if value is not None:
-                fam.add_metric(labels[g.index], value)
+                fam.add_metric(labels[g.index], float(value))
         yield fam
     last = GaugeMetricFamily(
         "DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", labels=GPU_LABELS

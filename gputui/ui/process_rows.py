@@ -15,6 +15,7 @@ from gputui.collect.classify import SUSPICIOUS, UNACCOUNTED_MIN, WORKER
 from gputui.model import HostProcess, Owner, ProcessRow, Snapshot
 from gputui.ui.canvas import PLAIN
 from gputui.ui.command_line import shorten
+from gputui.ui.dip_groups import compact_gpus
 from gputui.units import NA, fmt_bytes, fmt_duration, printable
 
 
@@ -323,18 +324,6 @@ def _job_row(
     key = f"job/{owner.kind}/{owner.id}" if owner else f"job/{NO_JOB}"
     row = TableRow(key, 0, None, None, cells, members=tuple(members))
     return row, values
-
-
-def compact_gpus(gpus: list[int]) -> str:
-    """0-7, 0,2,5, or 0-3,6: runs of three or more as ranges."""
-    out, i = [], 0
-    while i < len(gpus):
-        j = i
-        while j + 1 < len(gpus) and gpus[j + 1] == gpus[j] + 1:
-            j += 1
-        out.append(f"{gpus[i]}-{gpus[j]}" if j - i >= 2 else ",".join(map(str, gpus[i : j + 1])))
-        i = j + 1
-    return ",".join(out)
 
 
 def _unaccounted_rows(snap: Snapshot, view: View, styles: dict[str, Style]) -> list[TableRow]:

@@ -10,7 +10,8 @@ import pytest
 from gputui.collect.replay import ReplaySampler
 from gputui.model import Owner, ProcessRow, Snapshot
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.process_rows import NO_JOB, View, build_rows, compact_gpus, matches
+from gputui.ui.dip_groups import RANGE, compact_gpus
+from gputui.ui.process_rows import NO_JOB, View, build_rows, matches
 from gputui.ui.screens import DetailScreen, describe_owner, render_detail
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
@@ -81,7 +82,12 @@ def test_the_jobs_view_sums_each_job_and_puts_the_rest_last() -> None:
 
 @pytest.mark.parametrize(
     ("gpus", "said"),
-    [([0, 1, 2, 3, 4, 5, 6, 7], "0-7"), ([0, 2, 5], "0,2,5"), ([0, 1, 2, 3, 6], "0-3,6"), ([], "")],
+    [
+        ([0, 1, 2, 3, 4, 5, 6, 7], f"0{RANGE}7"),
+        ([0, 2, 5], "0,2,5"),
+        ([0, 1, 2, 3, 6], f"0{RANGE}3,6"),
+        ([], ""),
+    ],
 )
 def test_gpu_lists_are_compact(gpus: list[int], said: str) -> None:
     assert compact_gpus(gpus) == said
