@@ -108,6 +108,17 @@ def _classify_children(tree: DemoTree) -> None:
 
 def _tree_of_source(src: DemoSource) -> DemoTree:
     tree = DemoTree(devices_dir=src.devices_dir, trainers=[psutil.Process(p.pid) for p in src.trainers])
+
+    def settled() -> bool:
+        # The defunct child is forked before it exits: until then it reads as one more worker.
+        try:
+            _classify_children(tree)
+        except psutil.Error:
+            return False
+        full = all(len(tree.workers[t.pid]) == src.workers for t in tree.trainers)
+        return full and len(tree.zombies[tree.trainers[0].pid]) == 1
+
+    _wait_until(settled, 10.0)  # the tests below say what is wrong if it never settles
     _classify_children(tree)
     assert src.orphan_pid is not None
     tree.orphan = psutil.Process(src.orphan_pid)
