@@ -26,6 +26,9 @@ EXIT_NO_SOURCE = 2
 NO_DRIVER_HINT = "run `gputui --demo` for simulated GPUs, or `gputui doctor` to find out why"
 # gputui.attach's own default (a test keeps them equal): importing it here would slow `gputui --version`.
 ATTACH_TIMEOUT_S = 8.0
+# gputui.export.fleet's own (a test keeps them equal): it brings http.client and ssl, 30 ms on every command.
+FLEET_WINDOW_S = 900.0
+FLEET_SORTS = ("name", "busy", "idle", "memory", "dips", "zombies")
 # Source flags are declared once (the parent parser below) and accepted before or after a subcommand;
 # given nowhere, they take these values.
 SOURCE_DEFAULTS = {
@@ -271,8 +274,6 @@ def _export_parser(sub: argparse._SubParsersAction, source: argparse.ArgumentPar
 
 
 def _fleet_parser(sub: argparse._SubParsersAction) -> None:
-    from gputui.export.fleet import DEFAULT_WINDOW_S, SORTS
-
     p = _add(
         sub,
         "fleet",
@@ -313,7 +314,7 @@ def _fleet_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--window",
         type=argtypes.duration,
-        default=DEFAULT_WINDOW_S,
+        default=FLEET_WINDOW_S,
         metavar="W",
         help="how far back the sparklines go (default 15m)",
     )
@@ -324,7 +325,7 @@ def _fleet_parser(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="give up on a query after S seconds (default 5)",
     )
-    p.add_argument("--sort", choices=SORTS, default="busy", help="the hosts' order (default busy)")
+    p.add_argument("--sort", choices=FLEET_SORTS, default="busy", help="the hosts' order (default busy)")
     _no_mouse_flag(p)
     p.set_defaults(handler=commands.fleet)
 

@@ -295,6 +295,19 @@ def test_headless_modules_do_not_import_textual() -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_the_parser_does_not_import_the_fleet_reader() -> None:
+    """Every command builds the whole parser: fleet's http.client and ssl would slow each by 30 ms."""
+    result = _python(
+        "import sys\n"
+        "from gputui import cli\n"
+        "cli.build_parser()\n"
+        "assert 'gputui.export.fleet' not in sys.modules\n"
+        "import gputui.export.fleet as fleet\n"
+        "assert (cli.FLEET_WINDOW_S, cli.FLEET_SORTS) == (fleet.DEFAULT_WINDOW_S, fleet.SORTS)\n"
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_demo_json_does_not_import_textual() -> None:
     result = _python(
         "import sys\n"
