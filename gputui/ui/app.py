@@ -542,6 +542,19 @@ class GpuTuiApp(BaseApp):
 
         # A replay's pids are the recorded machine's: what has that pid here now is another process.
         recorded_at = self.snapshot.time if self.replay and self.snapshot is not None else None
+        memory: list[tuple[float, float]] = []
+        split = None
+        # Its memory history and, with an agent, allocated vs reserved: a live sampler's (a replay's
+        # has none). The sampler's thread goes on adding points: series() is a copy, and a split
+        # that meets a deque changed under it is left out rather than crash the Enter key.
+        store = getattr(self.sampler, "memory", None)
+        split_of = getattr(self.sampler, "memory_split", None)
+        if isinstance(process, ProcessRow) and store is not None:
+            key = (process.pid, process.create_time)
+            memory = store.series(key)
+            if split_of is not None:
+                with contextlib.suppress(RuntimeError):
+                    split = split_of(*key)
         self.push_screen(
             DetailScreen(
                 process,
@@ -549,6 +562,8 @@ class GpuTuiApp(BaseApp):
                 recorded_at=recorded_at,
                 stacks=not (self.readonly or self.replay),
                 gpus=self.snapshot.gpus if self.snapshot is not None else (),
+                memory=memory,
+                split=split,
             )
         )
 

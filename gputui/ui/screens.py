@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.table import Table
@@ -14,9 +16,11 @@ from textual.containers import VerticalScroll
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from gputui.collect.forecast import WINDOW_S, MemorySeries, Split
 from gputui.collect.procs import MAX_ENVIRON, TRAINING_NAMES, TRAINING_PREFIXES, describe
 from gputui.collect.stacks import is_python, py_spy_dump
 from gputui.model import GpuSample, HostProcess, Owner, ProcessDetail, ProcessRow
+from gputui.ui import spark
 from gputui.ui._textual_compat import DismissOnce
 from gputui.units import NA, fmt_bytes, fmt_duration, fmt_pct, printable
 
@@ -74,9 +78,15 @@ class DetailScreen(Modal[None]):
         recorded_at: float | None = None,
         stacks: bool = True,
         gpus: tuple[GpuSample, ...] = (),
+        memory: Sequence[tuple[float, float]] = (),
+        split: Split | None = None,
     ) -> None:
         super().__init__()
         self.gpus = gpus  # the GPUs as the row saw them: a MIG process's instance is named from them
+        # Its GPU memory history and the agent's allocated/reserved verdict, as the sampler had them
+        # when the detail was opened (copies: the sampler goes on on its own thread).
+        self.memory = list(memory)
+        self.split = split
         self.process = process
         self.devices_dir = devices_dir
         self.recorded_at = recorded_at
@@ -124,7 +134,9 @@ class DetailScreen(Modal[None]):
 
     def _show(self, detail: ProcessDetail) -> None:
         self.detail = detail
-        body = render_detail(self.process, detail, now=self.clock(), gpus=self.gpus)
+        body = render_detail(
+            self.process, detail, now=self.clock(), gpus=self.gpus, memory=self.memory, split=self.split
+        )
         self.query_one("#detail-body", Static).update(body)
 
     def _show_stack(self, text: str) -> None:
@@ -239,11 +251,65 @@ def memory_trend(p: ProcessRow | HostProcess) -> str | None:
     return text
 
 
+SPARK_CELLS = 40  # the memory sparkline's most cells: it fits the modal at 120 columns with its labels
+
+
+def _span_text(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.0f} min"
+
+
+def memory_spark(points: Sequence[tuple[float, float]], cells: int = SPARK_CELLS) -> str | None:
+    """`▁▂▃▅▆▇█  min 2.1 GiB, max 3.4 GiB over 10 min`: the last WINDOW_S of (time, bytes) points, each cell
+    the lowest of its stretch (as the main sparklines), scaled from the lowest point to the highest.
+    None: under two cells of data yet. Points are the sampler's, but checked: a NaN or a clock step
+    back must not break the detail."""
+    data = sorted((t, v) for t, v in points if math.isfinite(t) and math.isfinite(v) and v >= 0)
+    if not data:
+        return None
+    end = data[-1][0]
+    data = [(t, v) for t, v in data if t >= end - WINDOW_S]
+    span = end - data[0][0]
+    bucket_s = max(MemorySeries.POINT_S, span / max(1, cells - 1))
+    width = int(span // bucket_s) + 1
+    if width < 2:
+        return None
+    lo, hi = min(v for _, v in data), max(v for _, v in data)
+    scale = 100.0 / (hi - lo) if hi > lo else 0.0
+    series = spark.BucketSeries(bucket_s, capacity=width)
+    series.extend((t - data[0][0], (v - lo) * scale) for t, v in data)
+    values = dict(series.buckets)
+    line = "".join(spark.glyph(values.get(n)) for n in range(width))  # a gap (no sample) shows ·
+    if hi == lo:
+        return f"{line}  {fmt_bytes(lo)}, steady over {_span_text(span)}"
+    return f"{line}  min {fmt_bytes(lo)}, max {fmt_bytes(hi)} over {_span_text(span)}"
+
+
+def _memory_rows(grid: _Grid, memory: Sequence[tuple[float, float]], split: Split | None) -> None:
+    """The GPU memory sparkline and, with an agent, which of its numbers grows."""
+    if memory:
+        line = memory_spark(memory)
+        grid.add("GPU memory", line or "collecting …", "" if line else "dim")
+    if split is None:  # no agent in the process: it has no allocated/reserved numbers
+        return
+    if split.verdict is not None:
+        grid.add("allocated vs reserved", split.text, "yellow")
+    elif split.allocated.enough and split.reserved.enough:
+        grid.add("allocated vs reserved", "allocated and reserved steady")
+    else:
+        grid.add("allocated vs reserved", "collecting the agent's numbers …", "dim")
+
+
 def render_detail(
-    p: ProcessRow | HostProcess, d: ProcessDetail, now: float | None = None, gpus: tuple[GpuSample, ...] = ()
+    p: ProcessRow | HostProcess,
+    d: ProcessDetail,
+    now: float | None = None,
+    gpus: tuple[GpuSample, ...] = (),
+    memory: Sequence[tuple[float, float]] = (),
+    split: Split | None = None,
 ) -> Table:
     """`now`: the clock the age is counted on (a test's fixed one); the wall clock by default. `gpus`: the
-    snapshot's, for a MIG process's instance."""
+    snapshot's, for a MIG process's instance. `memory`: its GPU memory's (time, bytes) points; `split`:
+    the agent's allocated vs reserved trend (None: it runs no agent)."""
     grid = _Grid()
     add = grid.add
     if d.error:
@@ -271,6 +337,7 @@ def render_detail(
         add("GPU", gpu)
     if (trend := memory_trend(p)) is not None:
         add("memory trend", trend, "yellow" if getattr(p, "full_in", None) is not None else "")
+    _memory_rows(grid, memory, split)
     if hung := getattr(p, "hung", None):
         add("hung?", hung, "red")
     add("state", p.state)
