@@ -12,7 +12,9 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from gputui.model import Snapshot
+from gputui.collect import dip_causes
+from gputui.collect.dip_causes import Cause
+from gputui.model import Snapshot, XidEvent
 
 MIN_DIP_S = 2.0
 LONG_DIP_S = 5.0  # at least this long: an end-of-epoch / evaluation / checkpoint dip
@@ -32,6 +34,7 @@ class Dip:
     ongoing: bool = False
     wait_share: float | None = None  # data-loader wait share reported by an agent on that GPU
     last: float | None = None  # time of the last sample inside the dip (end is the first one back)
+    causes: tuple[Cause, ...] = ()  # what else was true meanwhile: an Xid, a stall, busy host CPUs, ...
 
     @property
     def duration(self) -> float:
@@ -45,12 +48,17 @@ class Dip:
     def kind(self) -> str:
         return "long" if self.duration >= LONG_DIP_S else "stall"
 
-    def explanation(self) -> str:
+    def wait_text(self) -> str:
+        """The data loader's verdict, from the agent's share of step time spent waiting for data."""
         if self.wait_share is None:
             return ""
         share = round(100 * self.wait_share)
         verdict = "input-bound" if self.wait_share >= 0.5 else "not input-bound"
         return f"{verdict}: {share}% of step time waiting for data"
+
+    def explanation(self, extra: tuple[Cause, ...] = ()) -> str:
+        """Everything known about why, in one line; `extra`: what only the caller knows (a profile)."""
+        return dip_causes.combine((*self.causes, *extra), self.wait_text())
 
 
 class _GpuTrack:
@@ -61,6 +69,7 @@ class _GpuTrack:
         self.lowest = 100.0
         self.baseline = 0.0
         self.wait_share: float | None = None
+        self.causes: dict[str, Cause] = {}
         self.job: frozenset[int] = frozenset()  # the GPU processes the busy level belongs to
 
 
@@ -70,10 +79,13 @@ class DipDetector:
     def __init__(self) -> None:
         self.tracks: dict[int, _GpuTrack] = {}
         self.dips: deque[Dip] = deque(maxlen=MAX_DIPS)
+        self.xids: deque[XidEvent] = deque(maxlen=MAX_DIPS)  # those of the last XID_NEAR_S
 
     def add(self, snap: Snapshot) -> list[Dip]:
         """The dips that ended with this snapshot."""
         ended = []
+        while self.xids and self.xids[0].time < snap.time - dip_causes.XID_NEAR_S:
+            self.xids.popleft()
         jobs: dict[int, set[int]] = {}
         for p in snap.processes:
             if p.kinds and p.gpu is not None:
@@ -90,6 +102,7 @@ class DipDetector:
             if dip is not None:
                 ended.append(dip)
                 self.dips.append(dip)
+        self.xids.extend(snap.xids)
         return ended
 
     def _step(
@@ -112,6 +125,7 @@ class DipDetector:
             share = _wait_share(snap, gpu)
             if share is not None:
                 track.wait_share = share
+            dip_causes.merge(track.causes, dip_causes.observe(snap, gpu, self.xids))
             return None
         finished = None
         if track.start is not None and track.last is not None:
@@ -125,16 +139,28 @@ class DipDetector:
                     track.lowest,
                     wait_share=track.wait_share,
                     last=track.last,
+                    causes=tuple(track.causes.values()),
                 )
             track.start = track.last = None
             track.wait_share = None
+            track.causes = {}
         if util is not None and busy_job:
             track.busy.append(util)
         return finished
 
     def ongoing(self, now: float) -> list[Dip]:
         return [
-            Dip(gpu, t.start, now, t.baseline, t.lowest, ongoing=True, wait_share=t.wait_share, last=t.last)
+            Dip(
+                gpu,
+                t.start,
+                now,
+                t.baseline,
+                t.lowest,
+                ongoing=True,
+                wait_share=t.wait_share,
+                last=t.last,
+                causes=tuple(t.causes.values()),
+            )
             for gpu, t in self.tracks.items()
             if t.start is not None and now - t.start >= MIN_DIP_S
         ]

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gputui import cells
+from gputui.collect.dip_causes import Cause, combine, merge
 from gputui.collect.dips import LONG_DIP_S, Dip
 from gputui.model import HostProcess, ProcessRow, Snapshot
 from gputui.ui.command_line import _OPTIONS_WITH_VALUE, _PYTHON, shorten  # one reading of argv
@@ -90,17 +91,23 @@ class DipGroup:
         """The row shows one real dip's baseline and lowest point, not a mix of several GPUs' numbers."""
         return max(self.dips, key=lambda d: (d.depth, -d.gpu))
 
-    def explanation(self) -> str:
+    def wait_text(self) -> str:
         """The data-loader verdict: the members' own when they agree; otherwise the rank waiting most
         (a starving rank holds every rank of a synchronous job back) and the one waiting least."""
         with_share = [d for d in self.dips if d.wait_share is not None]
-        texts = {d.explanation() for d in with_share}
+        texts = {d.wait_text() for d in with_share}
         if len(texts) <= 1:
             return texts.pop() if texts else ""
         most = max(with_share, key=lambda d: (d.wait_share or 0.0, -d.gpu))
         least = min(with_share, key=lambda d: (d.wait_share or 0.0, d.gpu))
         low = round(100 * (least.wait_share or 0.0))
-        return f"{most.explanation()} on GPU {most.gpu} ({low}% on GPU {least.gpu})"
+        return f"{most.wait_text()} on GPU {most.gpu} ({low}% on GPU {least.gpu})"
+
+    def explanation(self, extra: Iterable[Cause] = ()) -> str:
+        """Everything its dips saw, in one line; `extra`: what only the caller knows (a profile)."""
+        seen: dict[str, Cause] = {}
+        merge(seen, (c for d in self.dips for c in d.causes))  # the host's CPUs once, at their peak
+        return combine((*seen.values(), *extra), self.wait_text())
 
 
 def compact_gpus(gpus: Iterable[int]) -> str:

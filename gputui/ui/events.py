@@ -7,6 +7,7 @@ gputui.ui.dip_groups. The summary still counts each GPU's own dips."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from rich.console import Group, JustifyMethod
 from rich.table import Table
@@ -16,17 +17,26 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from gputui.collect.alerts import HUNG, Alerts
+from gputui.collect.dip_causes import ProfileNote, profile_causes
 from gputui.collect.dips import DipDetector
 from gputui.collect.health import ERROR, problems
 from gputui.collect.history import History
 from gputui.collect.xid import describe, xid_name
 from gputui.model import Snapshot, XidEvent
+from gputui.ui.command_line import shorten
 from gputui.ui.dip_groups import DipGroup, Jobs, compact_gpus, group_dips, sample_interval
-from gputui.ui.screens import MODAL_CSS, Modal, memory_trend
+from gputui.ui.screens import MODAL_CSS, Modal
 from gputui.units import NA, printable
 
 SHOWN = 200  # rows (a group of dips is one)
 MAX_XID_ROWS = 50
+MAX_ALERT_ROWS = 50
+COMMAND_CELLS = 40
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 class EventsScreen(Modal[None]):
@@ -40,10 +50,16 @@ class EventsScreen(Modal[None]):
         snapshot: Snapshot,
         window: float,
         xids: tuple[XidEvent, ...] = (),
+        alerts: Alerts | None = None,
+        profiles: Sequence[ProfileNote] = (),
     ) -> None:
         super().__init__()
         self.dips, self.history, self.snapshot, self.window = dips, history, snapshot, window
         self.xids = list(xids)  # the recent Xid errors (the GPU panes keep an hour of them)
+        # The app's, fed every snapshot; without one (a test), this snapshot's own.
+        self.alerts = alerts if alerts is not None else Alerts()
+        self.own_alerts = alerts is None
+        self.profiles = profiles  # the profiles the allocator panel saw finish: a dip's reason
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -56,6 +72,8 @@ class EventsScreen(Modal[None]):
         """Called by the app with every new snapshot while this screen is on top."""
         if snap is not self.snapshot:
             self.xids.extend(snap.xids)
+        if self.own_alerts:
+            self.alerts.add(snap)
         self.snapshot = snap
         self.query_one("#events", Static).update(self.render_events())
 
@@ -116,13 +134,13 @@ class EventsScreen(Modal[None]):
                     label += f", {len(g.dips)} dips"
                 job = [Text(label, no_wrap=True, overflow="ellipsis")]
             table.add_row(
-                time.strftime("%H:%M:%S", time.localtime(g.start)),
+                _clock(g.start),
                 compact_gpus(g.gpus),
                 *job,
                 f"{g.duration:.0f} s",
                 f"-{deepest.depth:.0f} pts ({deepest.baseline:.0f}→{deepest.lowest:.0f}%)",
                 Text(kind, style="yellow" if g.kind == "long" else "red"),
-                Text(g.explanation()),
+                Text(g.explanation(profile_causes(self.profiles, g.gpus, g.start, g.end))),
             )
         return table
 
@@ -149,7 +167,7 @@ class EventsScreen(Modal[None]):
                 for x in sorted(self.xids, key=lambda e: e.time, reverse=True)[:MAX_XID_ROWS]:
                     info = describe(x.xid)
                     xids.add_row(
-                        time.strftime("%H:%M:%S", time.localtime(x.time)),
+                        _clock(x.time),
                         str(x.gpu),
                         str(x.xid),
                         Text(f"{info.name}: {info.what}"),
@@ -157,14 +175,24 @@ class EventsScreen(Modal[None]):
                     )
                 parts.append(xids)
             parts.append(Text(""))
-        watch = [r for r in snap.processes if r.hung or (r.full_in is not None)]
-        if watch:
+        alerts = self.alerts.newest_first()[:MAX_ALERT_ROWS]
+        if alerts:
             parts.append(Text("Before it breaks", style="bold"))
-            for r in sorted(watch, key=lambda r: (r.hung is None, r.full_in or 0.0)):
-                why = r.hung or memory_trend(r) or ""
-                parts.append(
-                    Text(printable(f"pid {r.pid} (GPU {r.gpu}): {why}"), style="red" if r.hung else "yellow")
+            table = Table(box=None, padding=(0, 2), header_style="bold")
+            for name in ("since", "until", "GPU", "pid", "command", "what"):
+                table.add_column(name, justify="right" if name in ("GPU", "pid") else "left")
+            table.columns[4].max_width = COMMAND_CELLS
+            for a in alerts:
+                style = ("red" if a.kind == HUNG else "yellow") if a.ongoing else "dim"
+                table.add_row(
+                    _clock(a.first),
+                    "now" if a.ongoing else _clock(a.last),
+                    str(a.gpu) if a.gpu is not None else NA,
+                    str(a.pid),
+                    Text(printable(shorten(a.command or NA)), no_wrap=True, overflow="ellipsis"),
+                    Text(printable(a.text), style=style),
                 )
+            parts.append(table)
             parts.append(Text(""))
         return parts
 
