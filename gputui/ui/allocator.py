@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.table import Table
@@ -15,6 +16,7 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from gputui.collect.agents import AgentHistory, AgentPoller
+from gputui.collect.dip_causes import ProfileNote
 from gputui.collect.profile_reply import ProfileOp, ProfileStatus
 from gputui.model import AGENT_SLOW, AGENT_UNREADABLE, AgentReport, AllocatorDevice, Snapshot
 from gputui.ui.screens import MODAL_CSS, Modal
@@ -64,10 +66,17 @@ class AllocatorScreen(Modal[None]):
     ]
 
     def __init__(
-        self, pid: int, poller: AgentPoller | None, snapshot: Snapshot, history: AgentHistory
+        self,
+        pid: int,
+        poller: AgentPoller | None,
+        snapshot: Snapshot,
+        history: AgentHistory,
+        on_profile: Callable[[ProfileNote], None] | None = None,
     ) -> None:
-        """`poller` None: read-only (--readonly, a replay): the panel shows and never acts."""
+        """`poller` None: read-only (--readonly, a replay): the panel shows and never acts. `on_profile`:
+        told of each profile that finishes (the Events pane names its verdict as a dip's reason)."""
         super().__init__()
+        self.on_profile = on_profile
         self.pid = pid
         self.poller = poller
         self.snapshot = snapshot
@@ -327,9 +336,19 @@ class AllocatorScreen(Modal[None]):
             self.profile = status
             if status.state == "done":
                 self.message = "profile: done"
+                self._note_profile(status)
         if message is not None:
             self.message = printable(message)
         self.follow(self.snapshot)
+
+    def _note_profile(self, status: ProfileStatus) -> None:
+        s = status.summary
+        if s is None or self.on_profile is None:
+            return
+        gpu = next((r.gpu for r in self.snapshot.processes if r.pid == self.pid and r.gpu is not None), None)
+        end = time.time()
+        start = end - (s.wall_s or status.elapsed_s or 0.0)
+        self.on_profile(ProfileNote(self.pid, gpu, start, end, s.verdict))
 
 
 def _share(value: float | None) -> str:

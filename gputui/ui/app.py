@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +25,8 @@ from textual.worker import get_current_worker
 
 from gputui.collect import signals
 from gputui.collect.agents import AgentHistory, AgentPoller
+from gputui.collect.alerts import Alerts
+from gputui.collect.dip_causes import ProfileNote
 from gputui.collect.dips import DipDetector
 from gputui.collect.history import MAX_AGE_S, History
 from gputui.collect.pace import Pacer
@@ -229,6 +232,8 @@ class GpuTuiApp(BaseApp):
         self.history = History(max_age=history_seconds())  # the last hour
         self.agent_history = AgentHistory()
         self.dips = DipDetector()
+        self.alerts = Alerts()  # processes that were filling their GPU or looked hung, and when
+        self.profiles: deque[ProfileNote] = deque(maxlen=50)  # those the allocator panel saw finish
         self.replay = replay
         self.notes: list[str] = []  # said on the status line once the first frame is up
         self.view = View()
@@ -396,6 +401,7 @@ class GpuTuiApp(BaseApp):
         self.history.add(snap)
         self.agent_history.add(snap)
         self.dips.add(snap)
+        self.alerts.add(snap)
 
     def _show(self, snap: Snapshot) -> None:
         self.snapshot = snap  # watch_snapshot draws it
@@ -681,7 +687,9 @@ class GpuTuiApp(BaseApp):
             poller = getattr(self.sampler, "agents", None) or AgentPoller()
         from gputui.ui.allocator import AllocatorScreen
 
-        self.push_screen(AllocatorScreen(pid, poller, self.snapshot, self.agent_history))
+        self.push_screen(
+            AllocatorScreen(pid, poller, self.snapshot, self.agent_history, on_profile=self.profiles.append)
+        )
 
     def action_doctor(self) -> None:
         if self.replay:  # its checks read this machine's NVML and /proc, not the recorded one's
@@ -715,7 +723,13 @@ class GpuTuiApp(BaseApp):
             # While it is open, the sampler reads the GPU processes' parents: a job's row names its launcher.
             self.sampler.want_relatives = True
             screen = EventsScreen(
-                self.dips, self.history, self.snapshot, self.panes.window, tuple(self.panes.xids)
+                self.dips,
+                self.history,
+                self.snapshot,
+                self.panes.window,
+                tuple(self.panes.xids),
+                alerts=self.alerts,
+                profiles=self.profiles,
             )
             self.push_screen(screen, lambda _: setattr(self.sampler, "want_relatives", self.view.tree))
 
@@ -820,6 +834,7 @@ class GpuTuiApp(BaseApp):
         self.history = History(max_age=history_seconds())
         self.agent_history = AgentHistory()
         self.dips = DipDetector()
+        self.alerts = Alerts()
         for snap in self.sampler.played:
             self.ingest(snap)
         panes = self.panes

@@ -119,6 +119,11 @@ async def test_p_twice_profiles_and_shows_progress_then_the_verdict() -> None:
         calls = len(poller.calls)
         await pilot.pause(0.3)
         assert len(poller.calls) == calls  # done: no more polling
+        # The app keeps the verdict, for the Events pane to name as the reason of a dip near it.
+        (note,) = app.profiles
+        gpu = next(r.gpu for r in screen.snapshot.processes if r.pid == PID and r.gpu is not None)
+        assert (note.pid, note.gpu, note.verdict) == (PID, gpu, "launch-bound")
+        assert note.end - note.start == pytest.approx(2.0) and abs(note.end - time.time()) < 5
 
 
 async def test_a_failed_profile_says_why() -> None:

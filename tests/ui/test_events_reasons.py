@@ -1,0 +1,83 @@
+"""The Events pane answers "why is my GPU idle?" in one line per dip, and lists the processes that were
+about to break something, with when, even after they are gone."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from gputui.collect.dip_causes import ProfileNote
+from gputui.collect.forecast import MIB
+from gputui.model import GpuSample, HostStats, ProcessRow, Snapshot, XidEvent
+from gputui.ui.events import EventsScreen
+from tests.ui.conftest import first_frame
+from tests.ui.test_dips_ui import events_text, press
+from tests.ui.test_events_groups import T0, app_on, row
+
+SIZE = (160, 50)
+EVIL = "python leak.py\x1b[2J\x1b]0;owned\x07"
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(T0 + t))
+
+
+def snapshots() -> list[Snapshot]:
+    """GPU 0 busy, then down to 5 % from 60 s to 64 s while the host's CPUs are saturated and an Xid
+    arrives for it; GPU 1's process leaks from 10 s to 40 s, then is gone (its OOM came)."""
+    out = []
+    for t in range(91):
+        low = 60 <= t < 64
+        procs: list[ProcessRow] = [row(0, 5000, 1)]
+        if t <= 40:
+            leak = replace(row(1, 6000, 1), command=EVIL)
+            if t >= 10:
+                leak = replace(leak, memory_growth=120 * MIB / 60, full_in=600.0 - 10 * (t - 10))
+            procs.append(leak)
+        out.append(
+            Snapshot(
+                time=T0 + t,
+                hostname="box",
+                source="demo",
+                driver_version=None,
+                nvml_version=None,
+                cuda_driver_version=None,
+                gpus=(GpuSample(index=0, util_gpu=5 if low else 95), GpuSample(index=1, util_gpu=95)),
+                processes=tuple(procs),
+                host=HostStats(cpu_percent=98.0 if low else 40.0),
+                xids=(XidEvent(gpu=0, xid=13, time=T0 + t),) if t == 61 else (),
+            )
+        )
+    return out
+
+
+async def test_a_dips_reason_and_the_alerts_of_a_process_that_is_gone() -> None:
+    app = app_on(snapshots())
+    app.profiles.append(ProfileNote(pid=5000, gpu=0, start=T0 + 20, end=T0 + 22, verdict="input-bound"))
+    async with app.run_test(size=SIZE) as pilot:
+        await first_frame(pilot, app)
+        await press(pilot, "e")
+        assert isinstance(app.screen, EventsScreen)
+        body = events_text(app)
+        flat = " ".join(body.split())  # the modal wraps the long columns
+        assert (
+            f"{clock(60)} 0 4 s -90 pts (95→5%) stall GPU 0 Xid 13: graphics engine exception; "
+            "host CPUs 98% busy; profile of pid 5000: input-bound"
+        ) in flat
+        assert (
+            f"Before it breaks since until GPU pid command what {clock(10)} {clock(40)} 1 6000 "
+            "python leak.py?[2J?]0;owned? growing 120 MiB/min — this GPU is full in ~5 min"
+        ) in flat
+        assert "\x1b" not in body and "\x07" not in body
