@@ -168,7 +168,8 @@ class GpuPanes(CellCanvas):
     def show(self, snap: Snapshot) -> None:
         old = self.snapshot
         self.snapshot = snap
-        self.xids.extend(snap.xids)
+        if snap is not old:  # a replay's end shows its last snapshot again: its Xids are not new
+            self.xids.extend(snap.xids)
         while self.xids and self.xids[0].time < snap.time - XID_MARK_S:
             self.xids.popleft()
         if old is None or len(old.gpus) != len(snap.gpus):
