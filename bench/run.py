@@ -556,6 +556,44 @@ def _bench_cgroup2() -> Path | None:
     return None
 
 
+def bench_xid_idle(gpus: int = 8, seconds: float = 10.0) -> dict[str, object]:
+    """The Xid event thread while no event comes. The fake NVML's wait blocks as the driver's does, for
+    the whole timeout (WAIT_MS) unless an event arrives: what is measured is gputui's loop around it."""
+    import pytest
+
+    from gputui.collect.xid_events import WAIT_MS, XidWatcher
+    from tests.collect.fake_nvml import FakeHandle, FakeNvml
+
+    patch = pytest.MonkeyPatch()
+    fake = FakeNvml(n_gpus=gpus).install(patch)
+    fake.event_wait_cap = WAIT_MS / 1000
+    try:
+        fake.nvmlInit()
+        watcher = XidWatcher([(i, FakeHandle(i)) for i in range(gpus)])
+        assert watcher.start()
+        thread = watcher._thread
+        assert thread is not None and thread.native_id is not None
+
+        def cpu() -> float:
+            t = next(t for t in psutil.Process().threads() if t.id == thread.native_id)
+            return t.user_time + t.system_time
+
+        time.sleep(0.1)
+        waits0, cpu0, t0 = fake.event_sets[0].waits, cpu(), time.monotonic()
+        time.sleep(seconds)
+        waits, spent, elapsed = fake.event_sets[0].waits - waits0, cpu() - cpu0, time.monotonic() - t0
+        watcher.close(wait=WAIT_MS / 1000 + 1)
+        fake.nvmlShutdown()
+    finally:
+        patch.undo()
+    return {
+        "gpus": gpus,
+        "seconds": round(elapsed, 1),
+        "wakeups_per_s": round(waits / elapsed, 2),
+        "cpu_ms_per_min": round(spent * 1000 / elapsed * 60, 1),  # clock-tick resolution: 0 is "under 10 ms"
+    }
+
+
 def bench_owners(processes: int = 1000, ticks: int = 50) -> dict[str, object]:
     """Owners.lookup over `processes` processes: every one's first sight (a fresh cache) and a steady
     tick (cached); and Sampler._with_owners, the whole owner step of a tick, over as many rows."""
@@ -723,6 +761,7 @@ def main() -> int:
         "exporter": bench_exporter(),
         "fleet": bench_fleet(measure=args.measure),
         "owners": bench_owners(),
+        "xid_events_idle": bench_xid_idle(),
     }
     results["budgets"] = budgets(results)
     json.dump(results, sys.stdout, indent=2)
