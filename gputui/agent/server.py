@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui.agent import protocol
+from gputui.agent.memory_ring import MemoryRing
 from gputui.agent.profile import MAX_SECONDS, MAX_STEPS, ProfileError, Profiler
 from gputui.agent.progress import Progress
 from gputui.agent.torchstats import TorchStats
@@ -40,11 +41,16 @@ def peer_uid(conn: socket.socket) -> int | None:
 
 class Agent:
     def __init__(
-        self, directory: Path | None = None, stats: TorchStats | None = None, progress: Progress | None = None
+        self,
+        directory: Path | None = None,
+        stats: TorchStats | None = None,
+        progress: Progress | None = None,
+        memory: MemoryRing | None = None,
     ) -> None:
         self.directory = directory
         self.stats = stats or TorchStats()
         self.progress = progress or Progress()
+        self.memory = memory or MemoryRing()  # its own memory over the last minutes: doctor's trend
         self.profiler = Profiler(self._private_dir, self.progress.set_hook)
         self.path: Path | None = None
         self.started = time.time()
@@ -101,6 +107,7 @@ class Agent:
             if sock is None:
                 return
             self.progress.install()  # torch.utils.data may have been imported since
+            self.memory.tick()  # reads the allocator only every POINT_S
             try:
                 ready, _, _ = select.select([sock], [], [], 0.5)
                 if not ready:
@@ -151,7 +158,8 @@ class Agent:
         return self.path.parent if self.path else protocol.private_dir(self.directory)
 
     def answer(self, line: bytes) -> dict[str, Any]:
-        """One request to one reply; never raises."""
+        """One request to one reply; never raises. Ops: hello, stats, memory_history, record_history,
+        dump_snapshot, empty_cache, profile, profile_status."""
         self.requests += 1
         try:
             request = protocol.decode(line)
@@ -159,13 +167,17 @@ class Agent:
             if op == "hello":
                 return {"ok": True, "pid": self._pid, "started": self.started}
             if op == "stats":
+                allocator = self.stats.collect()
+                self.memory.offer(allocator.get("devices", ()))  # read anyway: the ring's point for free
                 return {
                     "ok": True,
                     "pid": self._pid,
                     "time": time.time(),
-                    "allocator": self.stats.collect(),
+                    "allocator": allocator,
                     "progress": self.progress.summary(),
                 }
+            if op == "memory_history":
+                return self.memory.reply()
             if op == "record_history":
                 return {"ok": True, "message": self.stats.record_history(bool(request.get("enabled")))}
             if op == "dump_snapshot":

@@ -9,6 +9,7 @@ reason. Unknown keys are ignored (a newer agent may send more). Nothing downstre
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -195,3 +196,56 @@ def to_dict(report: AgentReport) -> dict[str, Any]:
         },
         "progress": dataclasses.asdict(report.progress),
     }
+
+
+# -- memory_history: the agent's own memory over the last minutes -----------------------------------
+
+MAX_HISTORY_POINTS = 256  # per device; the agent keeps 133 (11 minutes, one point per 5 s)
+MAX_HISTORY_DEVICES = 16
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MemoryHistory:
+    """A `memory_history` reply: per CUDA device index (the process's own numbering), its (wall time,
+    allocated bytes, reserved bytes) points, oldest first; `time`: the agent's clock when it answered."""
+
+    time: float
+    devices: dict[int, tuple[tuple[float, int, int], ...]]
+
+
+def _point(p: object, where: str) -> tuple[float, int, int]:
+    if not isinstance(p, list) or len(p) != 3:
+        raise BadReply(f"{where}: not [time, allocated, reserved]")
+    t = _real(p[0], f"{where}[0]", 0.0, 1e11)
+    allocated, reserved = _count(p[1], f"{where}[1]"), _count(p[2], f"{where}[2]")
+    if t is None or allocated is None or reserved is None:
+        raise BadReply(f"{where}: a null")
+    return t, allocated, reserved
+
+
+def _history_device(d: object, where: str) -> tuple[int, tuple[tuple[float, int, int], ...]]:
+    d = _object(d, where)
+    index = _count(d.get("index"), f"{where}.index", MAX_DEVICE_INDEX)
+    if index is None:
+        raise BadReply(f"{where}.index: missing")
+    raw = _list(d.get("points"), f"{where}.points", MAX_HISTORY_POINTS)
+    points = tuple(_point(p, f"{where}.points[{i}]") for i, p in enumerate(raw))
+    if any(b[0] < a[0] for a, b in itertools.pairwise(points)):
+        raise BadReply(f"{where}.points: not in time order")
+    return index, points
+
+
+def parse_memory_history(reply: object) -> MemoryHistory:
+    """A `memory_history` reply, validated; raises BadReply saying what is wrong (an agent too old to
+    know the op answers with an error, which is said too)."""
+    reply = _object(reply, "reply")
+    if reply.get("ok") is not True:
+        raise BadReply(f"the agent said: {_text(reply.get('error'), 'error') or 'no reason'}")
+    now = _real(reply.get("time"), "time", 0.0, 1e11)
+    if now is None:
+        raise BadReply("time: missing")
+    raw = _list(reply.get("devices"), "devices", MAX_HISTORY_DEVICES)
+    devices = dict(_history_device(d, f"devices[{i}]") for i, d in enumerate(raw))
+    if len(devices) != len(raw):
+        raise BadReply("devices: an index twice")
+    return MemoryHistory(now, devices)

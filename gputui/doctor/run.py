@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gputui.doctor import checks_cuda, checks_system, checks_torch, facts, process, torch_probe
 from gputui.doctor.report import Check
+from gputui.model import ProcessRow
 
 
 def diagnose(
@@ -21,11 +22,13 @@ def diagnose(
     idle_s: Callable[[dict[int, int | None]], float | None] | None = None,
     seen: tuple[facts.SystemFacts, Path] | None = None,
     devices_dir: Path | None = None,
+    watched: tuple[ProcessRow, ...] = (),
 ) -> list[Check]:
     """Every check; raises process.NoSuchProcess when `pid` names no process. The TUI passes what it
     already knows: `idle_s` from its history, and in `seen` its own view of the GPUs and processes with
     their device directory (the demo's, when it runs on simulated GPUs), for the process checks.
-    `devices_dir`: where the nvidia device files are (doctor --devices-dir); root/dev by default."""
+    `devices_dir`: where the nvidia device files are (doctor --devices-dir); root/dev by default.
+    `watched`: the TUI's rows of `pid`, with the memory trend and hung verdict of the monitor's history."""
     env = dict(os.environ if env is None else env)
     if system is None:
         system = facts.gather(root, devices_dir=devices_dir) if devices_dir else facts.gather(root)
@@ -45,6 +48,6 @@ def diagnose(
                 return facts.idle_seconds(sorted(memory), time.time())
 
         view, where = seen or (system, devices_dir or root / "dev")
-        p = process.gather(pid, view, where, idle_s=idle_s)
+        p = process.gather(pid, view, where, idle_s=idle_s, watched=watched)
         out += process.checks(p, view)
     return out

@@ -18,7 +18,7 @@ from gputui.doctor.facts import GpuFact, SystemFacts
 from gputui.doctor.process import NoSuchProcess, idle_from_history
 from gputui.doctor.report import Check
 from gputui.doctor.run import diagnose
-from gputui.model import GpuProcess, Snapshot
+from gputui.model import GpuProcess, ProcessRow, Snapshot
 from gputui.ui.screens import MODAL_CSS, Modal
 from gputui.units import printable
 
@@ -34,7 +34,16 @@ def view_of(snap: Snapshot) -> SystemFacts:
         for p in snap.processes
         if p.kinds and p.gpu is not None
     )
-    return SystemFacts(gpus=gpus, processes=procs)
+    # The samples carry each GPU's memory: the process checks' time until it is full.
+    return SystemFacts(gpus=gpus, processes=procs, samples=snap.gpus)
+
+
+def watched_rows(snap: Snapshot | None, pid: int | None) -> tuple[ProcessRow, ...]:
+    """The monitor's GPU rows of `pid`: their memory trend and hung verdict come from its own history,
+    which the one-shot doctor has not."""
+    if snap is None or pid is None:
+        return ()
+    return tuple(r for r in snap.processes if r.pid == pid and r.gpu is not None)
 
 
 STYLES = {report.OK: "green", report.WARNING: "yellow", report.PROBLEM: "bold red"}
@@ -77,7 +86,10 @@ class DoctorScreen(Modal[None]):
         seen = (view_of(self.snapshot), self.devices_dir) if self.snapshot is not None else None
         try:
             checks = diagnose(
-                pid=self.pid, seen=seen, idle_s=lambda memory: idle_from_history(self.history, sorted(memory))
+                pid=self.pid,
+                seen=seen,
+                idle_s=lambda memory: idle_from_history(self.history, sorted(memory)),
+                watched=watched_rows(self.snapshot, self.pid),
             )
         except NoSuchProcess as err:  # it exited since: the machine's checks still help
             checks = diagnose()
