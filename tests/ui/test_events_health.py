@@ -4,6 +4,7 @@ whose memory fills their GPU soon or that look hung, then the dips."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from gputui.collect.xid import describe
 from gputui.model import GpuHealth, XidEvent
@@ -38,5 +39,8 @@ async def test_events_lists_xids_health_and_what_breaks_next() -> None:
         info = describe(79)
         assert "GPU health" in text and "GPU 2: a memory row remap waits for a reset" in text
         assert info.name in text and "GPU 3 reported Xid 79" in text and info.fix.split(";")[0][:14] in text
-        assert f"pid {world.trainer_pid(1)} (GPU 1): growing" in text and "full in ~14m" in text
+        since = time.strftime("%H:%M:%S", time.localtime(sick.time))
+        heading = "Before it breaks since until GPU pid command what"
+        assert f"{heading} {since} now 1 {world.trainer_pid(1)} python train.py" in text
+        assert "growing 114 MiB/min — this GPU is full in ~14 min" in text
         assert text.index("GPU health") < text.index("Utilization dips")
