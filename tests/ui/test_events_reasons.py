@@ -4,10 +4,7 @@ about to break something, with when, even after they are gone."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import replace
-
-import pytest
 
 from gputui.collect.dip_causes import ProfileNote
 from gputui.collect.forecast import MIB
@@ -15,19 +12,10 @@ from gputui.model import GpuSample, HostStats, ProcessRow, Snapshot, XidEvent
 from gputui.ui.events import EventsScreen
 from tests.ui.conftest import first_frame
 from tests.ui.test_dips_ui import events_text, press
-from tests.ui.test_events_groups import T0, app_on, row
+from tests.ui.test_events_groups import T0, app_on, row, utc  # noqa: F401  (the fixture: clocks in UTC)
 
 SIZE = (160, 50)
 EVIL = "python leak.py\x1b[2J\x1b]0;owned\x07"
-
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def clock(t: float) -> str:
