@@ -7,9 +7,10 @@ trained narrow) or needs a reset when convenient.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gputui.collect.xid import describe
 from gputui.model import GpuSample, XidEvent
 
 ERROR = "error"
@@ -26,9 +27,7 @@ class Problem:
     fix: str  # one line: what to do
 
 
-def problems(
-    g: GpuSample, xids: Iterable[XidEvent] = (), xid_name: Callable[[int], str] | None = None
-) -> list[Problem]:
+def problems(g: GpuSample, xids: Iterable[XidEvent] = ()) -> list[Problem]:
     """`g`'s problems, the worst first. `xids`: the Xid events seen (recent ones: the caller keeps them)."""
     out: list[Problem] = []
     h = g.health
@@ -37,8 +36,8 @@ def problems(
         out.append(Problem(g.index, severity, short, text, fix))
 
     for x in sorted({x.xid for x in xids if x.gpu == g.index}):
-        name = xid_name(x) if xid_name is not None else f"Xid {x}"
-        add(ERROR, f"Xid {x}", f"GPU {g.index} reported Xid {x}: {name}", "see its advice in Events (e)")
+        info = describe(x)
+        add(ERROR, f"Xid {x}", f"GPU {g.index} reported Xid {x}: {info.name}", info.fix)
     if h is not None:
         if h.remap_failed:
             add(ERROR, "REMAP FAILED", f"GPU {g.index}: a memory row remap failed", "drain it, then RMA")

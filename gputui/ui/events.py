@@ -22,7 +22,7 @@ from gputui.collect.dip_causes import ProfileNote, profile_causes
 from gputui.collect.dips import DipDetector
 from gputui.collect.health import ERROR, problems
 from gputui.collect.history import History
-from gputui.collect.xid import describe, xid_name
+from gputui.collect.xid import describe
 from gputui.model import Snapshot, XidEvent
 from gputui.ui.command_line import shorten
 from gputui.ui.dip_groups import DipGroup, Jobs, compact_gpus, group_dips, sample_interval
@@ -149,7 +149,7 @@ class EventsScreen(Modal[None]):
         fills their GPU soon, and the ones that look hung: before the dips, since they matter more."""
         parts: list[Text | Table] = []
         snap = self.snapshot
-        found = [p for g in snap.gpus for p in problems(g, self.xids, xid_name)]
+        found = [p for g in snap.gpus for p in problems(g, self.xids)]
         if found or self.xids:
             parts.append(Text("GPU health", style="bold"))
             table = Table(box=None, padding=(0, 2), header_style="bold")

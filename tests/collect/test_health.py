@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gputui.collect.health import ERROR, WARNING, problems
+from gputui.collect.xid import describe
 from gputui.model import GpuHealth, GpuSample, XidEvent
 
 
@@ -33,6 +34,7 @@ def test_without_health_the_ecc_count_still_counts() -> None:
     assert ecc.severity == ERROR and "4 uncorrected ECC errors" in ecc.text
 
 
-def test_xid_names_come_from_the_callers_table() -> None:
-    (x,) = problems(GpuSample(index=0), [XidEvent(0, 48, 5.0)], xid_name=lambda n: "double-bit ECC error")
-    assert x.text == "GPU 0 reported Xid 48: double-bit ECC error"
+def test_an_xid_says_what_happened_and_what_to_do_from_the_table() -> None:
+    (x,) = problems(GpuSample(index=0), [XidEvent(0, 48, 5.0), XidEvent(1, 79, 5.0)])
+    info = describe(48)
+    assert x.text == f"GPU 0 reported Xid 48: {info.name}" and x.fix == info.fix and x.severity == ERROR
