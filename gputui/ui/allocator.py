@@ -76,6 +76,7 @@ class AllocatorScreen(Modal[None]):
         """`poller` None: read-only (--readonly, a replay): the panel shows and never acts. `on_profile`:
         told of each profile that finishes (the Events pane names its verdict as a dip's reason)."""
         super().__init__()
+        self.body = Static(id="allocator", markup=False)
         self.on_profile = on_profile
         self.pid = pid
         self.poller = poller
@@ -94,7 +95,7 @@ class AllocatorScreen(Modal[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(id="allocator", markup=False)
+            yield self.body
 
     def on_mount(self) -> None:
         self.follow(self.snapshot)
@@ -106,7 +107,8 @@ class AllocatorScreen(Modal[None]):
         devices = report.devices if report is not None and report.ok else ()
         for d in devices:
             self.first.setdefault(d.index, d)
-        self.query_one("#allocator", Static).update(self.render_panel(report))
+        # Held, not queried: an app that quits as the panel opens runs on_mount after its children left.
+        self.body.update(self.render_panel(report))
         if devices:
             self.previous = {d.index: d for d in devices}
 

@@ -54,6 +54,7 @@ class EventsScreen(Modal[None]):
         profiles: Sequence[ProfileNote] = (),
     ) -> None:
         super().__init__()
+        self.body = Static(id="events", markup=False)
         self.dips, self.history, self.snapshot, self.window = dips, history, snapshot, window
         self.xids = list(xids)  # the recent Xid errors (the GPU panes keep an hour of them)
         # The app's, fed every snapshot; without one (a test), this snapshot's own.
@@ -63,7 +64,7 @@ class EventsScreen(Modal[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(id="events", markup=False)
+            yield self.body
 
     def on_mount(self) -> None:
         self.follow(self.snapshot)
@@ -75,7 +76,7 @@ class EventsScreen(Modal[None]):
         if self.own_alerts:
             self.alerts.add(snap)
         self.snapshot = snap
-        self.query_one("#events", Static).update(self.render_events())
+        self.body.update(self.render_events())  # held: see AllocatorScreen.follow
 
     def summary_table(self) -> Table:
         now = self.snapshot.time

@@ -93,18 +93,21 @@ class DetailScreen(Modal[None]):
         self.stacks = stacks
         self.detail: ProcessDetail | None = None
         self.stack: str | None = None
+        # Held, not queried: an app that quits as the detail opens runs on_mount after its children left.
+        first = render_recorded(process, recorded_at) if recorded_at is not None else None
+        self.body = Static(
+            Text("reading /proc …", style="dim") if first is None else first, id="detail-body", markup=False
+        )
+        self.stack_view = Static("", id="detail-stack", markup=False)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(Text(f"process {self.process.pid}", style="bold"), markup=False)
-            if self.recorded_at is not None:
-                yield Static(render_recorded(self.process, self.recorded_at), id="detail-body", markup=False)
-            else:
-                yield Static(Text("reading /proc …", style="dim"), id="detail-body", markup=False)
-            yield Static("", id="detail-stack", markup=False)
+            yield self.body
+            yield self.stack_view
 
     def on_mount(self) -> None:
-        self.query_one("#detail-stack").display = False  # until there is a Python stack to show
+        self.stack_view.display = False  # until there is a Python stack to show
         if self.recorded_at is None:
             self._load()
 
@@ -137,15 +140,14 @@ class DetailScreen(Modal[None]):
         body = render_detail(
             self.process, detail, now=self.clock(), gpus=self.gpus, memory=self.memory, split=self.split
         )
-        self.query_one("#detail-body", Static).update(body)
+        self.body.update(body)
 
     def _show_stack(self, text: str) -> None:
         self.stack = text
         body = Text("\nPython stacks (py-spy dump)\n", style="bold")
         body.append("\n".join(printable(line) for line in text.splitlines()))
-        stack = self.query_one("#detail-stack", Static)
-        stack.update(body)
-        stack.display = True
+        self.stack_view.update(body)
+        self.stack_view.display = True
 
 
 PY_SPY_READ_ONLY = "not read in read-only mode: py-spy stops the process while it reads its stacks"

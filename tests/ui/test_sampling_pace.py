@@ -3,6 +3,7 @@ the time a sample takes; a sample longer than the interval is said in the header
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -53,7 +54,8 @@ async def test_a_sample_longer_than_the_interval_is_said() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
         await until(pilot, lambda: app.header.took is not None, timeout=5.0)
-        assert "(sampling takes 0.3 s)" in drawn(app.header)
+        took = re.search(r"\(sampling takes (\d+(?:\.\d+)?) s\)", drawn(app.header))
+        assert took is not None and 0.3 <= float(took.group(1)) < 1.0, drawn(app.header)  # 0.34 on a busy box
         assert "longer than the 0.1 s interval" in app.status.message
         sampler.cost = 0.0  # the driver is quick again: the note goes
         await until(pilot, lambda: app.header.took is None, timeout=5.0)
