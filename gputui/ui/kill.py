@@ -201,6 +201,7 @@ class KillScreen(Modal[KillRequest | None]):
         self.note = note
         self.include_children = include_children
         self.children_note = children_note
+        self.cancel = Button("Cancel (Esc)", id="cancel")
 
     @classmethod
     def for_plan(cls, plan: KillPlan) -> KillScreen:
@@ -228,10 +229,12 @@ class KillScreen(Modal[KillRequest | None]):
                 yield Static(Text(self.children_note), id="children-note")
             with Horizontal():
                 yield Button("Send (y)", variant="error", id="send")
-                yield Button("Cancel (Esc)", id="cancel")
+                yield self.cancel
 
     def on_mount(self) -> None:
-        self.query_one("#cancel", Button).focus()  # a stray Enter must not be the one that kills
+        # Held, not queried: an app that quits as the dialog opens runs on_mount after its children left.
+        if self.cancel.is_attached:
+            self.cancel.focus()  # a stray Enter must not be the one that kills
 
     def _request(self, signal: str | None = None) -> KillRequest:
         if signal is None:

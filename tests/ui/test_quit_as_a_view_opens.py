@@ -11,6 +11,7 @@ import pytest
 
 from gputui.collect.replay import ReplaySampler
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.attach_dialog import AttachScreen
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.test_allocator import PID, REPLY
 
@@ -25,6 +26,11 @@ OPENERS: dict[str, Callable[[GpuTuiApp], None]] = {
     "events": GpuTuiApp.action_events,
     "detail": _detail,
     "doctor": GpuTuiApp.action_doctor,
+    "kill": GpuTuiApp.action_kill,
+    "gpu chooser": GpuTuiApp.action_choose_gpu,
+    "columns": GpuTuiApp.action_columns,
+    "help": GpuTuiApp.action_help,
+    "attach": lambda app: app.push_screen(AttachScreen(PID, "gdb will run ...", "python train.py")),
 }
 
 
