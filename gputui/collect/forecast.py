@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gputui.model import GpuSample
+
 MIB = 1 << 20
 WINDOW_S = 600.0  # the trend looks at the last ten minutes
 WARMUP_S = 60.0  # a process's first minute is its warm-up ramp, never a trend
@@ -173,6 +175,17 @@ def split_points(points: Sequence[tuple[int, int]], interval: float) -> Split:
     res = [(i * interval, float(r)) for i, (_, r) in enumerate(points)]
     now = (n - 1) * interval if n else 0.0
     return split(alloc, res, now, born=-WARMUP_S)  # an agent's points are past the warm-up already
+
+
+def free_bytes(gpu: GpuSample, instance: int | None = None) -> int | None:
+    """Free memory of the GPU, or of a process's MIG instance on it: what a growing process fills."""
+    if instance is not None:
+        for mig in gpu.mig:
+            if mig.gpu_instance == instance and mig.mem_total is not None and mig.mem_used is not None:
+                return max(0, mig.mem_total - mig.mem_used)
+    if gpu.mem_total is None or gpu.mem_used is None:
+        return None
+    return max(0, gpu.mem_total - gpu.mem_used)
 
 
 def rate_text(growth: float) -> str:

@@ -213,7 +213,7 @@ class Sampler:
             full_in = None
             if g and sample is not None:
                 full_in = forecast.seconds_until_full(
-                    _free(sample, row.gpu_instance), filling[(row.gpu or 0, row.gpu_instance)]
+                    forecast.free_bytes(sample, row.gpu_instance), filling[(row.gpu or 0, row.gpu_instance)]
                 )
             verdict = self._hung(row, agents.get(row.pid), now)
             if g is None and verdict is None:
@@ -302,17 +302,6 @@ class Sampler:
             if row.reason
             else f"orphan of {_whose(owner)}{state}"
         )
-
-
-def _free(gpu: GpuSample, instance: int | None) -> int | None:
-    """Free memory of the GPU, or of the process's MIG instance."""
-    if instance is not None:
-        for mig in gpu.mig:
-            if mig.gpu_instance == instance and mig.mem_total is not None and mig.mem_used is not None:
-                return max(0, mig.mem_total - mig.mem_used)
-    if gpu.mem_total is None or gpu.mem_used is None:
-        return None
-    return max(0, gpu.mem_total - gpu.mem_used)
 
 
 def _whose(owner: Owner) -> str:

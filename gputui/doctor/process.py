@@ -501,12 +501,7 @@ def _free(p: ProcessFacts, system: SystemFacts, gpu: int | None) -> int | None:
     if sample is None:
         return None
     instance = next((q.gpu_instance for q in system.processes if q.pid == p.pid and q.gpu == gpu), None)
-    mig = next((m for m in sample.mig if instance is not None and m.gpu_instance == instance), None)
-    if mig is not None and mig.mem_total is not None and mig.mem_used is not None:
-        return max(0, mig.mem_total - mig.mem_used)
-    if sample.mem_total is None or sample.mem_used is None:
-        return None
-    return max(0, sample.mem_total - sample.mem_used)
+    return forecast.free_bytes(sample, instance)
 
 
 def _hung_fix(pid: int) -> str:
