@@ -4,6 +4,7 @@ the time a sample takes; a sample longer than the interval is said in the header
 from __future__ import annotations
 
 import re
+import statistics
 import time
 from pathlib import Path
 
@@ -44,8 +45,8 @@ async def test_the_period_is_the_interval_whatever_a_sample_takes() -> None:
         await first_frame(pilot, app)
         await until(pilot, lambda: len(sampler.started) >= 7, timeout=5.0)
         gaps = [b - a for a, b in zip(sampler.started[1:], sampler.started[2:], strict=False)]
-        mean = sum(gaps) / len(gaps)
-        assert 0.22 < mean < 0.29, gaps  # waiting a whole interval after each sample: 0.33
+        # The median: a sample asked for at once (the app wakes the sampler for a new view) is one short gap.
+        assert 0.22 < statistics.median(gaps) < 0.29, gaps  # waiting a whole interval after each: 0.33
         assert app.header.took is None
 
 
