@@ -124,7 +124,8 @@ class EventsScreen(Modal[None]):
             ("why", "left"),
         )
         for name, justify in columns:
-            table.add_column(name, justify=justify)
+            # Short values stay on one line: the long "why" (and a job's name) takes the wrapping.
+            table.add_column(name, justify=justify, no_wrap=name not in ("job", "why"))
         for g in rows:
             deepest = g.deepest
             kind = g.kind + (" (now)" if g.ongoing else "")

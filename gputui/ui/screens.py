@@ -16,13 +16,13 @@ from textual.containers import VerticalScroll
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from gputui.collect.forecast import WINDOW_S, MemorySeries, Split
+from gputui.collect.forecast import GROWTH_MIN, WINDOW_S, MemorySeries, Split, growth_text, rate_text
 from gputui.collect.procs import MAX_ENVIRON, TRAINING_NAMES, TRAINING_PREFIXES, describe
 from gputui.collect.stacks import is_python, py_spy_dump
 from gputui.model import GpuSample, HostProcess, Owner, ProcessDetail, ProcessRow
 from gputui.ui import spark
 from gputui.ui._textual_compat import DismissOnce
-from gputui.units import NA, fmt_bytes, fmt_duration, fmt_pct, printable
+from gputui.units import NA, fmt_bytes, fmt_pct, printable
 
 MODAL_CSS = """
 ModalScreen { align: center middle; }
@@ -239,18 +239,16 @@ def describe_owner(o: Owner) -> str:
 
 
 def memory_trend(p: ProcessRow | HostProcess) -> str | None:
-    """`growing 120 MiB/min — this GPU is full in ~14 min`, or the trend when it does not grow."""
+    """`growing 120 MiB/min — this GPU is full in ~14 min` (as Events and doctor say it), or the trend when
+    it does not grow."""
     growth = getattr(p, "memory_growth", None)
     if growth is None:
         return None
-    per_min = growth * 60
-    if abs(per_min) < 1 << 20:
+    if abs(growth) < GROWTH_MIN:
         return "flat (under 1 MiB/min)"
-    text = f"{'growing' if per_min > 0 else 'shrinking'} {fmt_bytes(abs(per_min))}/min"
-    full_in = getattr(p, "full_in", None)
-    if full_in is not None:
-        text += f" — this GPU is full in ~{fmt_duration(full_in)}"
-    return text
+    if growth < 0:
+        return f"shrinking {rate_text(-growth)}"
+    return growth_text(growth, getattr(p, "full_in", None))
 
 
 SPARK_CELLS = 40  # the memory sparkline's most cells: it fits the modal at 120 columns with its labels

@@ -34,7 +34,7 @@ def test_a_growing_process_is_marked_and_says_when_its_gpu_is_full() -> None:
     calm = cells_of(snap, world.trainer_pid(1))
     assert not calm[4].endswith("↑") and calm[-1].startswith("python train.py")
     trainer = next(r for r in snap.processes if r.pid == world.trainer_pid(0))
-    assert memory_trend(trainer) == "growing 120.0 MiB/min — this GPU is full in ~14m"
+    assert memory_trend(trainer) == "growing 120 MiB/min — this GPU is full in ~14 min"  # as Events says it
 
 
 def test_a_far_off_full_gpu_earns_no_badge_and_a_flat_trend_says_so() -> None:
