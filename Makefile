@@ -17,7 +17,7 @@ LINTED     := gputui tests bench screenshots
 # Narrower runs: make test PYTEST_ARGS='tests/export -x' (test-min runs MIN_TESTS without it)
 PYTEST_ARGS ?=
 
-.PHONY: setup torch demo run test test-min lint bench soak screenshots clean
+.PHONY: setup torch demo run test test-min lint bench soak screenshots gpu-wheels gpu-check clean
 
 # A venv's own .gitignore keeps it out of `git status` (Python 3.13's venv writes one itself).
 $(STAMP): pyproject.toml
@@ -85,8 +85,25 @@ SOAK_S ?= 1800
 soak: setup
 	$(BIN)/python bench/soak.py --seconds $(SOAK_S)
 
+# `make gpu-check` on a lent GPU machine (a training node: CUDA torch, no Textual, no network): each step
+# against the hardware, into GPU_CHECK_OUT (at most 8 files). Without a GPU every step says skipped, why.
+# `make gpu-wheels`, here and before: the runtime dependencies such a machine lacks, at this venv's
+# versions, for CPython 3.12 on x86-64, into GPU_WHEELS (ignored); carry that folder along.
+GPU_WHEELS := .gpu-wheels
+GPU_DISTS  := textual rich markdown-it-py mdurl mdit-py-plugins linkify-it-py platformdirs \
+	pygments typing-extensions nvidia-ml-py argcomplete
+gpu-wheels: setup
+	rm -rf $(GPU_WHEELS)
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux2014_x86_64 --platform any -d $(GPU_WHEELS) \
+		$$($(BIN)/python -c 'import sys, importlib.metadata as m; print(*(f"{d}=={m.version(d)}" for d in sys.argv[1:]))' $(GPU_DISTS))
+	ls $(GPU_WHEELS)
+
+gpu-check:
+	$(PYTHON) -m bench.gpucheck
+
 screenshots: setup
 	$(BIN)/python screenshots/generate.py
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(MIN_VENV) $(GPU_WHEELS) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
