@@ -99,10 +99,16 @@ def attach(args: argparse.Namespace) -> int:
     if args.readonly:
         args.parser.error("--readonly: gputui attaches no debugger and starts nothing in another process")
     from gputui.attach import Refusal, check
+    from gputui.attach.run import start_time
 
+    # The process described (and asked about) is this one: attach() refuses another that gets its pid.
+    started = start_time(args.pid)
     plan = check(args.pid)
     if isinstance(plan, Refusal):
         say(prog, printable(plan.reason))
+        return 1
+    if started is None:  # it ended as it was examined (and another may have its pid by now)
+        say(prog, f"pid {args.pid} has ended: nothing was attached")
         return 1
     if not plan.already:  # attaching to a running agent changes nothing: no question to ask
         if not args.yes and not _isatty(sys.stdin):
@@ -120,13 +126,13 @@ def attach(args: argparse.Namespace) -> int:
             if answer.strip().lower() not in ("y", "yes"):
                 say(prog, "cancelled: nothing was done")
                 return 1
-    outcome, interrupted = _attach_to_the_end(args.pid, args.timeout)
+    outcome, interrupted = _attach_to_the_end(args.pid, args.timeout, started)
     if not outcome.ok:
         say(prog, printable(outcome.message))
         return 130 if interrupted else 1
     message = outcome.message
     if outcome.seconds is not None and not outcome.already:
-        if plan.mechanism == "gdb":
+        if plan.mechanism != "remote_exec":  # gdb, cuda-gdb, lldb
             message += f" (the process was paused at most {outcome.seconds:.2f} s)"
         else:
             message += f" (in {outcome.seconds:.2f} s, without pausing it)"
@@ -147,17 +153,18 @@ def _ask(question: str) -> str | None:
         return None
 
 
-def _attach_to_the_end(pid: int, timeout: float) -> tuple[Outcome, bool]:
+def _attach_to_the_end(pid: int, timeout: float, create_time: float | None) -> tuple[Outcome, bool]:
     """attach(), which a signal does not cut short: gdb in the middle of its call, or the agent's copy
     removed while the target still reads it, would leave the job worse off than a wait of a few seconds
-    (attach gives up on its own within `timeout`). Whether a signal came meanwhile."""
+    (attach gives up on its own within `timeout`). Whether a signal came meanwhile. `create_time`: the
+    start of the process described to the user; another with its pid is refused."""
     from gputui.attach import attach
 
     came: list[int] = []
     watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     before = {sig: signal.signal(sig, lambda signum, _frame: came.append(signum)) for sig in watched}
     try:
-        outcome = attach(pid, timeout)
+        outcome = attach(pid, timeout, create_time=create_time)
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)

@@ -271,7 +271,7 @@ def test_a_signal_does_not_cut_the_attach_short(monkeypatch: pytest.MonkeyPatch)
     signal during attach() waits for it to finish (it has its own time limit)."""
     finished = []
 
-    def slow_attach(pid: int, timeout: float) -> Outcome:
+    def slow_attach(pid: int, timeout: float, create_time: float | None = None) -> Outcome:
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)
@@ -280,9 +280,63 @@ def test_a_signal_does_not_cut_the_attach_short(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr("gputui.attach.attach", slow_attach)
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    outcome, interrupted = commands._attach_to_the_end(4242, 8.0)
+    outcome, interrupted = commands._attach_to_the_end(4242, 8.0, None)
     assert finished == [4242] and outcome.ok and interrupted
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_process_replaced_after_the_question_is_refused(
+    loop: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The start time read as the process was described travels to attach(): the process ended and another
+    got its pid while the user read the question (a start time that differs from then on), and the attach
+    is refused in one line with no debugger started."""
+    plan = attachable(loop.pid)
+    chosen = attach_run.start_time(loop.pid)
+    assert chosen is not None
+    readings = iter([chosen])
+    monkeypatch.setattr(attach_run, "start_time", lambda pid: next(readings, chosen + 100.0))
+    ran: list[str] = []
+
+    def debugger(plan: Plan, boot: Path, timeout: float) -> Outcome:
+        ran.append(plan.mechanism)
+        return Outcome(plan.pid, True, "attached", seconds=0.01)
+
+    monkeypatch.setattr(attach_run, "run_debugger", debugger)
+    monkeypatch.setattr(attach_run, "run_remote_exec", debugger)
+    args = cli.build_parser().parse_args(["attach", str(loop.pid), "--yes"])
+    assert commands.attach(args) == 1
+    out, err = capsys.readouterr()
+    assert out == plan.describe() + "\n"
+    assert err == (
+        f"gputui attach: pid {loop.pid} is another process now (the one you chose has ended): nothing was "
+        "attached\n"
+    )
+    assert ran == [] and not has_agent(loop.pid)
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (apt install gdb)")
+def test_attach_through_cuda_gdb_names_it(loop: subprocess.Popen[str], tmp_path: Path) -> None:
+    """A machine with cuda-gdb and neither gdb nor lldb (a CUDA image): the line says which debugger ran."""
+    attachable(loop.pid)
+    only = tmp_path / "bin"
+    only.mkdir()
+    (only / "cuda-gdb").symlink_to(shutil.which("gdb") or "gdb")
+    done = subprocess.run(
+        [sys.executable, "-m", "gputui", "attach", str(loop.pid), "--yes"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "PATH": str(only)},
+    )
+    assert done.returncode == 0, done.stderr
+    described, said = done.stdout.splitlines()
+    assert "cuda-gdb pauses it for a moment" in described
+    assert re.fullmatch(
+        rf"attached to pid {loop.pid} with cuda-gdb \(the process was paused at most \S+ s\)", said
+    )
+    assert has_agent(loop.pid)
 
 
 def _state(pid: int) -> str:

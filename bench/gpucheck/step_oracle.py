@@ -5,6 +5,7 @@ matmul load holding 4 GiB. Every NVML answer gputui received is saved as a tape 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
@@ -111,11 +112,20 @@ def supported_fields() -> list[str]:
     return [f for f, _, _ in FIELDS if f in known or not known]
 
 
-def compare_gpus(r: Result, sampler: Sampler, phase: str, fields: list[str], tol_mem: float) -> Snapshot:
+def compare_gpus(
+    r: Result,
+    sampler: Sampler,
+    phase: str,
+    fields: list[str],
+    tol_mem: float,
+    mark: Callable[[str, Any], None],
+) -> Snapshot:
     first = sampler.tick()
     rows = smi_csv("gpu", fields)
     apps = smi_csv("compute-apps", ["pid", "gpu_uuid", "used_memory", "process_name"])
     second = sampler.tick()
+    # The oracle travels in the tape: a replay's last reading is `second`, comparable on any machine.
+    mark("nvidia-smi", {"phase": phase, "fields": fields, "gpus": rows, "apps": apps})
     by_index = {g.index: g for g in second.gpus}
     mismatches = []
     compared = 0
@@ -167,7 +177,7 @@ def run(r: Result) -> None:
                 sampler.tick()
                 tick_ms.append((time.perf_counter() - t0) * 1000)
                 time.sleep(0.5)
-            snap = compare_gpus(r, sampler, "idle", fields, tol_mem=2)
+            snap = compare_gpus(r, sampler, "idle", fields, 2, rec.mark)
             r.number("errors_idle", list(snap.errors))
             ready = work_dir() / "oracle-load.ready"
             with running(workload("matmul", 60, ready, "4")) as load:
@@ -180,7 +190,7 @@ def run(r: Result) -> None:
                     snap = sampler.tick()
                     tick_ms.append((time.perf_counter() - t0) * 1000)
                     time.sleep(0.5)
-                snap = compare_gpus(r, sampler, "load", fields, tol_mem=64)
+                snap = compare_gpus(r, sampler, "load", fields, 64, rec.mark)
                 row = next((p for p in snap.processes if p.pid == load.pid), None)
                 if row is None:  # the load is python -m ...: its pid is the one Popen started
                     row = next((p for p in snap.processes if p.command and "workloads" in p.command), None)
@@ -197,9 +207,9 @@ def run(r: Result) -> None:
                 r.number("errors_load", list(snap.errors))
         finally:
             sampler.close()
-        cli(r, [g.uuid for g in snap.gpus if g.uuid])
-        rec.save(out_dir() / "nvml_tape.json")
+            rec.save(out_dir() / "nvml_tape.json")  # also when a check above broke off
         latency = rec.latency()
+    cli(r, [g.uuid for g in snap.gpus if g.uuid])
     ticks = len(tick_ms) + 4  # the comparisons' own ticks
     total_ms = sum(v["total_ms"] for v in latency.values())
     r.number("sampler_tick_ms_median", sorted(tick_ms)[len(tick_ms) // 2])
@@ -210,7 +220,6 @@ def run(r: Result) -> None:
 
 def cli(r: Result, uuids: list[str]) -> None:
     """`gputui --json`, `--once` and `doctor --json` on the real driver: each answers, and how fast."""
-    import json
     import subprocess
 
     from bench.gpucheck.common import REPO, python

@@ -1,10 +1,12 @@
 """Attach gputui's agent to a Python process that is already running, without a restart.
 
-`check(pid)` says whether it can be done and how, reading only /proc and the system's settings (the
-doctor asks it too); `attach(pid)` does it: Python 3.14 and later through `sys.remote_exec` (PEP 768),
-run by an interpreter of the target's own version; older ones through gdb, which takes the GIL with
-`PyGILState_Ensure`, runs a one-line bootstrap and detaches. The bootstrap starts the standard-library
-agent (the same code as `gputui.agent.start()`): it imports no torch and initialises no CUDA.
+`check(pid)` says whether it can be done and how, reading only /proc, the system's settings and the
+symbol tables of the target's program and libpython (nothing is run or stopped; the doctor asks it too);
+`attach(pid)` does it: Python 3.14 and later through `sys.remote_exec` (PEP 768), run by the target's own
+program when its symbols show it is CPython's own `python`; otherwise through a debugger (gdb, else
+cuda-gdb, else lldb), which takes the GIL with `PyGILState_Ensure`, runs a one-line bootstrap and detaches.
+The bootstrap starts the standard-library agent (the same code as `gputui.agent.start()`): it imports no
+torch and initialises no CUDA.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Can this process be attached, and how? Only /proc and the kernel's settings are read: nothing is
-stopped or traced here, so the doctor and the UI may ask as often as they like.
+"""Can this process be attached, and how? Only /proc, the kernel's settings and the symbol tables of the
+process's program and libpython (elf.py) are read: nothing is run, stopped or traced here, so the doctor
+and the UI may ask as often as they like.
 
 Every refusal is one line that says why and what to do about it.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gputui.agent import protocol
+from gputui.attach import elf
 from gputui.units import printable
 
 MIN_PYTHON = (3, 10)  # as the agent needs
@@ -21,10 +23,27 @@ REMOTE_EXEC_PYTHON = (3, 14)  # sys.remote_exec (PEP 768)
 CAP_SYS_PTRACE = 19
 YAMA = Path("/proc/sys/kernel/yama/ptrace_scope")
 # A Python interpreter's file name: python, python3, python3.11, python3.13t (free-threaded), pypy is not
-# one (no PyGILState_Ensure to call the same way).
+# one (no PyGILState_Ensure to call the same way). A name is a hint, never a proof: which Python a process
+# runs, and whether its program is CPython's own (which sys.remote_exec runs), come from the symbols of its
+# files (elf.py); a name says a version only where the symbols cannot (3.10, which has no Py_Version).
 _EXE = re.compile(r"python(?:(\d+)(?:\.(\d+))?[a-z]*)?")
-_LIBPYTHON = re.compile(r"/libpython(\d+)\.(\d+)[a-z]*\.so")
+_LIBPYTHON = re.compile(r"/libpython(\d+)\.(\d+)[a-z]*\.so[^/]*$")
+# What the interpreter's files define: the functions gdb calls, its version, and the command line's main.
+RUNTIME = "PyGILState_Ensure"
+VERSION = "Py_Version"  # PY_VERSION_HEX, since Python 3.11
+COMMAND_LINE = "Py_BytesMain"  # what CPython's own `python` program calls from its main(), and only it
+_SYMBOLS = frozenset({RUNTIME, "PyRun_SimpleString", VERSION, COMMAND_LINE})
+DEBUGGERS = ("gdb", "cuda-gdb", "lldb")  # in this order; cuda-gdb is gdb, as CUDA installs it
+CUDA_BIN = "/usr/local/cuda/bin"  # where cuda-gdb lives when CUDA's directory is not on PATH
 GDB_INSTALL = "install gdb (apt install gdb, or dnf install gdb)"
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """What a process's files say of the Python it runs."""
+
+    version: tuple[int, int] | None  # None: a Python whose version neither its symbols nor its name say
+    command_line: bool  # its program is CPython's own `python`, proven by its symbols: it may run -c CODE
 
 
 @dataclass(frozen=True)
@@ -35,7 +54,7 @@ class Plan:
     uid: int
     user: str
     exe: str  # the interpreter's file, as /proc/PID/exe resolves it
-    python: tuple[int, int] | None  # None: a Python whose version its file name does not say
+    python: tuple[int, int] | None  # None: a Python whose version neither its symbols nor its name say
     mechanism: str  # "remote_exec", "gdb" or "lldb" ("agent": it runs one already)
     tool: str  # the interpreter that runs sys.remote_exec, or the debugger
     already: bool = False  # its agent already listens: attaching is a no-op
@@ -113,14 +132,14 @@ def _check(pid: int, proc: Path) -> Plan | Refusal:
     if (why := _container_boundary(base, proc / "self")) is not None:
         return no(f"pid {pid} {why}: run `gputui attach` inside it (docker exec / kubectl exec)")
     exe = os.readlink(base / "exe").removesuffix(" (deleted)")
-    python = _python_version(exe, base / "maps")
-    if python is False:
+    python = _interpreter(base / "exe", exe, base / "maps")
+    if python is None:
         program = printable(exe)[:80]
         return no(f"pid {pid} is not a Python process ({program}): the agent runs in a Python", applies=False)
-    version = python if isinstance(python, tuple) else None
+    version = python.version
     if version is not None and version < MIN_PYTHON:
         return no(f"pid {pid} runs Python {version[0]}.{version[1]}: the agent needs Python 3.10 or later")
-    how = _mechanism(pid, me, uid, user, exe, version)
+    how = _mechanism(pid, me, uid, user, exe, python)
     # Its socket is there: most likely its agent runs (attach() asks it). A socket left by an earlier process
     # with this pid answers nothing: then attaching goes ahead, and the new agent replaces it.
     already = protocol.socket_path(pid, protocol.runtime_dir(uid)).exists()
@@ -131,22 +150,42 @@ def _check(pid: int, proc: Path) -> Plan | Refusal:
 
 
 def _mechanism(
-    pid: int, me: int, uid: int, user: str, exe: str, version: tuple[int, int] | None
+    pid: int, me: int, uid: int, user: str, exe: str, python: Interpreter
 ) -> tuple[str, str] | str:
     """(mechanism, the program that does it), or why none may."""
     if (why := _ptrace_forbidden(pid, me)) is not None:
         return why
-    if version is not None and version >= REMOTE_EXEC_PYTHON:
+    version = python.version
+    # sys.remote_exec runs in the target's own program, which gputui runs: only one its symbols prove to be
+    # CPython's command line (a version a file's name said, or a libpython another program maps, never).
+    if version is not None and version >= REMOTE_EXEC_PYTHON and python.command_line:
         if me == 0 and uid != 0 and not _root_only(Path(exe)):
             return (
                 f"pid {pid}'s Python ({printable(exe)[:80]}) is writable by others: gputui will not run it "
                 f"as root; run `gputui attach {pid}` as {user}"
             )
         return "remote_exec", exe
-    for debugger in ("gdb", "lldb"):
-        if tool := shutil.which(debugger):
-            return debugger, tool
-    return f"attaching to pid {pid} (its Python is older than 3.14) needs a debugger: {GDB_INSTALL}"
+    if found := debugger(me):
+        return found
+    why = "its Python is older than 3.14" if version is not None and version < REMOTE_EXEC_PYTHON else ""
+    why = why or ("its program is not CPython's own `python`" if not python.command_line else "")
+    return (
+        f"attaching to pid {pid}{f' ({why})' if why else ''} needs a debugger (gdb, cuda-gdb or lldb): "
+        f"{GDB_INSTALL}"
+    )
+
+
+def debugger(me: int | None = None) -> tuple[str, str] | None:
+    """(name, path) of the first debugger there is: gdb, cuda-gdb (on PATH, or in CUDA's own directory),
+    lldb. As root, a cuda-gdb found outside PATH only where nobody else may write it."""
+    me = os.geteuid() if me is None else me
+    for name in DEBUGGERS:
+        if tool := shutil.which(name):
+            return name, tool
+        outside = shutil.which(name, path=CUDA_BIN) if name == "cuda-gdb" else None
+        if outside and (me != 0 or (_root_only(Path(outside)) and _root_only(Path(outside).resolve()))):
+            return name, outside
+    return None
 
 
 # -- reading /proc -----------------------------------------------------------------------------------
@@ -193,21 +232,69 @@ def _container_boundary(target: Path, me: Path) -> str | None:
     return None
 
 
-def _python_version(exe: str, maps: Path) -> tuple[int, int] | bool | None:
-    """(major, minor) when the interpreter's file name or its libpython says; None for a Python whose
-    version neither says; False when it is not a Python at all."""
-    name = Path(exe).name
-    m = _EXE.fullmatch(name)
-    if m and m.group(2):
-        return int(m.group(1)), int(m.group(2))
+def _interpreter(program: Path, exe: str, maps: Path) -> Interpreter | None:
+    """The Python that the process runs, from the symbols of its program (`program`: /proc/PID/exe) and of the
+    libpython it maps; None when it is not a Python at all. A file's name gives a version only where the
+    symbols cannot (Python 3.10 has no Py_Version), and never makes a program a Python."""
+    named = _EXE.fullmatch(Path(exe).name)
+    own = elf.symbols(program, _SYMBOLS, (VERSION,))
+    runtime, name_of_runtime = (own, "") if own is not None and RUNTIME in own.defined else (None, "")
+    if runtime is None:
+        for path in _libpythons(maps):
+            found = elf.symbols(path, _SYMBOLS, (VERSION,))
+            if found is not None and RUNTIME in found.defined:
+                runtime, name_of_runtime = found, path
+                break
+    if runtime is None:
+        # No file of it that could be read holds an interpreter: a Python only if its name says so, and then
+        # one that only a debugger enters (which finds PyGILState_Ensure or says it cannot).
+        if not named:
+            return None
+        return Interpreter(_named(named), command_line=False)
+    version = _hex_version(runtime.number(VERSION))
+    if version is None:  # before 3.11: the name, where it says a version that had no Py_Version
+        lib = _LIBPYTHON.search(name_of_runtime)
+        said = (int(lib.group(1)), int(lib.group(2))) if lib else _named(named)
+        version = said if said is not None and said < (3, 11) else None
+    # The file at `exe` is what sys.remote_exec would run: it must be the one whose symbols were read (not a
+    # program put there since, nor one that a process in another root names by the same path).
+    command_line = own is not None and own.has(COMMAND_LINE) and _same_file(Path(exe), program)
+    return Interpreter(version, command_line=command_line)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        one, other = a.stat(), b.stat()
+    except OSError:
+        return False
+    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
+
+
+def _libpythons(maps: Path) -> list[str]:
+    """The files named like a libpython that the process maps, in the order it maps them."""
+    out: list[str] = []
     try:
         with open(maps, errors="replace") as f:
             for line in f:
-                if lib := _LIBPYTHON.search(line):
-                    return int(lib.group(1)), int(lib.group(2))
+                parts = line.rstrip("\n").split(maxsplit=5)
+                path = parts[5].removesuffix(" (deleted)") if len(parts) == 6 else ""
+                if _LIBPYTHON.search(path) and path not in out:
+                    out.append(path)
     except OSError:
         pass
-    return None if m else False
+    return out
+
+
+def _named(m: re.Match[str] | None) -> tuple[int, int] | None:
+    """The version an interpreter's file name says (python3.11), if it says one."""
+    return (int(m.group(1)), int(m.group(2))) if m and m.group(1) and m.group(2) else None
+
+
+def _hex_version(number: int | None) -> tuple[int, int] | None:
+    """(major, minor) of a PY_VERSION_HEX (0x030E00F0: 3.14.0 final)."""
+    if number is None or number >> 24 != 3:
+        return None
+    return 3, number >> 16 & 0xFF
 
 
 def _ptrace_forbidden(pid: int, me: int) -> str | None:

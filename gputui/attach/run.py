@@ -29,16 +29,7 @@ from gputui.units import printable
 
 TIMEOUT_S = 8.0  # the debugger and the agent's first answer, together
 GRACE_S = 2.0  # after an interrupt, for gdb to unwind its call and detach
-# What the target needs of gputui: the agent, standard library only (its modules import nothing else).
-AGENT_FILES = (
-    "__init__.py",
-    "agent/__init__.py",
-    "agent/server.py",
-    "agent/protocol.py",
-    "agent/progress.py",
-    "agent/torchstats.py",
-    "agent/autostart/gputui_boot.py",
-)
+AGENT = "agent"  # the package the target needs of gputui: standard library only, all of it copied
 BOOT = "agent/autostart/gputui_boot.py"
 _SAFE_PATH = re.compile(r"/[A-Za-z0-9_./-]+")  # quoted into a gdb command and a Python literal
 
@@ -51,17 +42,19 @@ class Outcome:
     already: bool = False
     seconds: float | None = None  # how long the debugger held the target (at most: gdb's whole run)
     timed_out: bool = False  # the debugger was interrupted at the timeout (and its call unwound)
+    refused: bool = False  # nothing was started: the pid is another process's now
 
 
 def attach(pid: int, timeout: float = TIMEOUT_S, create_time: float | None = None) -> Outcome:
     """Start gputui's agent in `pid`; never raises. A second attach finds the agent and does nothing.
-    `create_time`: the start time of the process the user chose (a row, a confirmation ago): another process
-    that has since got its pid is refused."""
+    `create_time`: the start time of the process the user chose (read as it was described to them, before
+    the question): another process that has since got its pid is refused, checked again just before the
+    debugger starts and said right after it returns."""
     plan = check(pid)
     if isinstance(plan, Refusal):
         return Outcome(pid, False, plan.reason)
-    if create_time is not None and not same_start(create_time, _start_time(pid)):
-        return Outcome(pid, False, f"pid {pid} is another process now (the one you chose has ended)")
+    if (changed := _replaced(pid, create_time)) is not None:
+        return changed
     if plan.already:
         if _answers(pid, 1.0):
             return Outcome(pid, True, plan.describe(), already=True)
@@ -71,15 +64,18 @@ def attach(pid: int, timeout: float = TIMEOUT_S, create_time: float | None = Non
     deadline = time.monotonic() + timeout
     try:
         with payload(plan.uid) as boot:
-            if plan.mechanism == "remote_exec":
-                outcome = run_remote_exec(plan, boot, timeout)
-            else:
-                outcome = run_debugger(plan, boot, timeout)
-                if outcome.timed_out:
-                    # Stopped at an unlucky instant (inside malloc, whose lock gdb's own call then waits
-                    # for): the call was unwound, the process runs on; another instant is almost surely fine.
-                    again = run_debugger(plan, boot, timeout)
-                    outcome = again if again.ok else replace(again, message=again.message + " (twice)")
+            outcome = _run(plan, boot, timeout, create_time)
+            if outcome.timed_out:
+                # Stopped at an unlucky instant (inside malloc, whose lock gdb's own call then waits for):
+                # the call was unwound, the process runs on; another instant is almost surely fine.
+                again = _run(plan, boot, timeout, create_time)
+                outcome = (
+                    again if again.ok or again.refused else replace(again, message=again.message + " (twice)")
+                )
+            if outcome.refused:
+                return outcome
+            if (changed := _replaced(pid, create_time, during=True)) is not None:
+                return replace(changed, seconds=outcome.seconds)
             if not outcome.ok:
                 return outcome
             # gdb returns once the agent's socket is made; remote_exec once the script is queued.
@@ -95,7 +91,38 @@ def attach(pid: int, timeout: float = TIMEOUT_S, create_time: float | None = Non
     )
 
 
-def _start_time(pid: int) -> float | None:
+def _run(plan: Plan, boot: Path, timeout: float, create_time: float | None) -> Outcome:
+    """The debugger or sys.remote_exec, once; not started when the pid is another process's now."""
+    if (changed := _replaced(plan.pid, create_time)) is not None:
+        return changed
+    if plan.mechanism == "remote_exec":
+        return run_remote_exec(plan, boot, timeout)
+    return run_debugger(plan, boot, timeout)
+
+
+def _replaced(pid: int, create_time: float | None, during: bool = False) -> Outcome | None:
+    """Why not, in one line, when the process the user chose (started at `create_time`) is `pid` no more:
+    before the debugger starts (`refused`: nothing was started), or once it has returned (`during`)."""
+    if create_time is None:
+        return None
+    now = start_time(pid)
+    if same_start(create_time, now):
+        return None
+    if not during:
+        gone = "has ended" if now is None else "is another process now (the one you chose has ended)"
+        return Outcome(pid, False, f"pid {pid} {gone}: nothing was attached", refused=True)
+    if now is None:
+        return Outcome(pid, False, f"pid {pid} ended during the attach")
+    return Outcome(
+        pid,
+        False,
+        f"pid {pid} ended during the attach and is another process now: the agent may have started in that "
+        "one, not in the one you chose",
+    )
+
+
+def start_time(pid: int) -> float | None:
+    """`pid`'s start time as psutil says it (what attach()'s `create_time` is compared with); None: none."""
     try:
         return psutil.Process(pid).create_time()
     except psutil.Error:
@@ -122,7 +149,7 @@ def payload(uid: int) -> Iterator[Path]:
     source = Path(gputui.__file__).parent
     root = Path(tempfile.mkdtemp(prefix="gputui-attach-"))
     try:
-        for name in AGENT_FILES:
+        for name in agent_files(source):
             dest = root / "gputui" / name
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source / name, dest)
@@ -135,6 +162,14 @@ def payload(uid: int) -> Iterator[Path]:
         yield boot
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def agent_files(source: Path) -> list[str]:
+    """What the target needs of gputui, relative to the package: every module of the agent package (found,
+    not listed: a module added to the agent is copied too) and gputui/__init__.py, which imports nothing
+    (a test reads the imports of the copy)."""
+    modules = (p.relative_to(source) for p in (source / AGENT).rglob("*.py"))
+    return ["__init__.py", *sorted(p.as_posix() for p in modules if "__pycache__" not in p.parts)]
 
 
 def bootstrap(boot: Path) -> str:

@@ -267,10 +267,14 @@ class Recorder:
         for name, real in (saved or {}).items():
             setattr(pynvml, name, real)
 
-    def mark(self, label: str) -> None:
-        """A marker in the tape ("tick 3", "load on"): for people reading it; the player skips it."""
+    def mark(self, label: str, data: Any = None) -> None:
+        """A marker in the tape ("tick 3", "load on"), with JSON `data` if given (what an oracle said at
+        that moment, say): for people and tests reading it; the player skips it."""
+        entry: dict[str, Any] = {"mark": _one_line(label)}
+        if data is not None:
+            entry["data"] = json.loads(json.dumps(data))  # JSON now, not when saved
         with self._lock:
-            self._calls.append({"mark": _one_line(label)})
+            self._calls.append(entry)
 
     def tape(self) -> dict[str, Any]:
         """The tape so far: a copy, JSON-ready."""
@@ -621,8 +625,8 @@ class Player:
         if not isinstance(call, dict):
             raise ValueError(f"an object expected, not {type(call).__name__}")
         if "mark" in call:
-            if set(call) != {"mark"} or not isinstance(call["mark"], str):
-                raise ValueError("a mark has one string")
+            if not set(call) <= {"mark", "data"} or not isinstance(call["mark"], str):
+                raise ValueError("a mark has a string and, at most, data")
             return
         unknown = set(call) - {"fn", "c", "args", "kwargs", "result", "error", "exception", "us"}
         if unknown:

@@ -630,7 +630,7 @@ class GpuTuiApp(BaseApp):
             if changed is not None:  # the dialog stayed open while the job ended and its pid was reused
                 outcome = attaching.Outcome(pid, False, f"pid {pid} {changed}: nothing was attached")
             else:
-                outcome = attaching.attach(pid)
+                outcome = attaching.attach(pid, create_time=started)
         except Exception as err:  # attach() never raises; a bug in it is one line, not a crash
             outcome = attaching.Outcome(
                 pid, False, printable(f"attaching failed: {type(err).__name__}: {err}")

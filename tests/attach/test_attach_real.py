@@ -123,7 +123,8 @@ def test_lldb_when_there_is_no_gdb(trainer: Trainer, monkeypatch: pytest.MonkeyP
     """Where gdb is missing and lldb is there, lldb does the same steps; the loop keeps stepping."""
     which = shutil.which
     monkeypatch.setattr(
-        "gputui.attach.preflight.shutil.which", lambda name: None if name == "gdb" else which(name)
+        "gputui.attach.preflight.shutil.which",
+        lambda name, path=None: None if name in ("gdb", "cuda-gdb") else which(name, path=path),
     )
     plan = check(trainer.pid)
     assert isinstance(plan, Plan) and plan.mechanism == "lldb", plan
@@ -137,7 +138,7 @@ def test_lldb_when_there_is_no_gdb(trainer: Trainer, monkeypatch: pytest.MonkeyP
 
 
 def test_no_debugger_is_one_line_with_the_fix(trainer: Trainer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gputui.attach.preflight.shutil.which", lambda name: None)
+    monkeypatch.setattr("gputui.attach.preflight.shutil.which", lambda name, path=None: None)
     refusal = check(trainer.pid)
     assert isinstance(refusal, Refusal) and "apt install gdb" in refusal.reason, refusal
 
@@ -320,18 +321,26 @@ def _interpreter(minor: int) -> str | None:
 
 
 LOOP_WITHOUT_TORCH = "import time\nwhile True: time.sleep(0.01)"
+# The same, in a Python that must not find gputui (exit 3 if it does): the agent comes from attach's copy.
+ISOLATED_LOOP = (
+    "import importlib.util, sys, time\n"
+    "if importlib.util.find_spec('gputui'): sys.exit(3)\n"
+    "while True: time.sleep(0.01)"
+)
 
 
 @needs_gdb
 @pytest.mark.parametrize("minor", [10, 12, 13])
-def test_gdb_attach_across_python_versions(minor: int) -> None:
-    """The bootstrap and the copied agent work in every Python the agent supports before 3.14."""
+def test_gdb_attach_across_python_versions(minor: int, tmp_path: Path) -> None:
+    """The bootstrap and the copied agent work in every Python the agent supports before 3.14; one that
+    cannot import gputui (-I, outside the checkout), as a job's cannot, runs the copy."""
     python = _interpreter(minor)
     if python is None:
         pytest.skip(f"no Python 3.{minor} here")
-    loop = subprocess.Popen([python, "-c", LOOP_WITHOUT_TORCH])
+    loop = subprocess.Popen([python, "-I", "-c", ISOLATED_LOOP], cwd=tmp_path)
     try:
         time.sleep(0.3)
+        assert loop.poll() is None, "gputui is importable in the target"
         plan = check(loop.pid)
         assert isinstance(plan, Plan) and plan.python == (3, minor), plan
         outcome = attach(loop.pid)
@@ -365,9 +374,10 @@ PY314 = _interpreter(14)
 )
 def test_python_3_14_through_remote_exec(tmp_path: Path) -> None:
     assert PY314 is not None
-    loop = subprocess.Popen([PY314, "-c", LOOP_WITHOUT_TORCH])
+    loop = subprocess.Popen([PY314, "-I", "-c", ISOLATED_LOOP], cwd=tmp_path)
     try:
         time.sleep(0.5)
+        assert loop.poll() is None, "gputui is importable in the target"
         plan = check(loop.pid)
         assert isinstance(plan, Plan) and plan.mechanism == "remote_exec", plan
         outcome = attach(loop.pid)

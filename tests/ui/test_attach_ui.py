@@ -52,6 +52,7 @@ class Fakes:
         self.outcome = Outcome(PID, True, "attached", seconds=1.234)
         self.checked: list[int] = []
         self.attached: list[int] = []
+        self.create_times: list[float | None] = []  # what reached attach(): the row's, never None
         self.expected: list[int] = []
         monkeypatch.setattr(gputui.attach, "check", self.check)
         monkeypatch.setattr(gputui.attach, "attach", self.attach)
@@ -61,8 +62,9 @@ class Fakes:
         self.checked.append(pid)
         return self.plan
 
-    def attach(self, pid: int, timeout: float = 8.0) -> Outcome:
+    def attach(self, pid: int, timeout: float = 8.0, create_time: float | None = None) -> Outcome:
         self.attached.append(pid)
+        self.create_times.append(create_time)
         return self.outcome
 
     # the sampler's AgentPoller, as far as the app uses it here
@@ -206,6 +208,11 @@ async def test_a_or_enter_attaches_once_and_the_panel_opens_with_the_badge(
         await until(pilot, lambda: "opens when its agent answers" in status(app))
         await pilot.pause(0.1)
         assert fakes.attached == [PID]
+        # the chosen row's start time travels to the debugger (a pid reused meanwhile is refused there)
+        (started,) = fakes.create_times
+        assert started is not None and started == next(
+            p.create_time for p in app.snapshot.processes if p.pid == PID
+        )
         if len(keys) == 1:  # (the third `a` says it is attached already, without the time)
             assert f"attached to pid {PID} in 1.23 s" in status(app)
         assert fakes.expected == [UID]  # root looks at that user's directories at the next poll
