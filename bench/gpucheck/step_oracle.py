@@ -8,15 +8,15 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.gpucheck.common import MIB, Result, out_dir, running, smi_csv, until, work_dir, workload
 from gputui.collect.nvml import _REASONS, NvmlSource
 from gputui.collect.sampler import Sampler
-from gputui.model import GpuSample, Snapshot
+from gputui.model import GpuProcess, GpuSample, ProcessRow, Snapshot
 
-Get = Callable[[GpuSample, Snapshot], Any]
+Get = Callable[[GpuSample, str | None], Any]  # a GPU and the driver version
 
 
 def _mib(v: int | None) -> float | None:
@@ -27,7 +27,7 @@ def _health(name: str) -> Get:
     return lambda g, s: getattr(g.health, name) if g.health is not None else None
 
 
-def _reasons(g: GpuSample, s: Snapshot) -> int | None:
+def _reasons(g: GpuSample, s: str | None) -> int | None:
     if g.throttle_reasons is None:
         return None
     return sum(bit for bit, name in _REASONS if name in g.throttle_reasons)
@@ -39,7 +39,7 @@ FIELDS: tuple[tuple[str, Get, str], ...] = (
     ("name", lambda g, s: g.name, "same"),
     ("uuid", lambda g, s: g.uuid, "same"),
     ("pci.bus_id", lambda g, s: g.pci_bus_id, "same"),
-    ("driver_version", lambda g, s: s.driver_version, "same"),
+    ("driver_version", lambda g, s: s, "same"),
     ("memory.total", lambda g, s: _mib(g.mem_total), "1"),
     ("memory.reserved", lambda g, s: _mib(g.mem_reserved), "1"),
     ("memory.used", lambda g, s: _mib(g.mem_used), "moves:2"),
@@ -112,6 +112,45 @@ def supported_fields() -> list[str]:
     return [f for f, _, _ in FIELDS if f in known or not known]
 
 
+def gpu_mismatches(
+    rows: list[dict[str, str]],
+    first: Sequence[GpuSample],
+    second: Sequence[GpuSample],
+    driver: str | None,
+    tol_mem: float,
+) -> tuple[int, list[dict[str, Any]]]:
+    """(fields compared, the ones that differ) between nvidia-smi's rows and gputui's two readings."""
+    by_index = {g.index: g for g in second}
+    mismatches = []
+    compared = 0
+    for g0, row in zip(first, rows, strict=False):
+        g1 = by_index.get(g0.index, g0)
+        for field, get, rule in FIELDS:
+            if field not in row:
+                continue
+            if field == "memory.used":
+                rule = f"moves:{tol_mem}"
+            mine = (get(g0, driver), get(g1, driver))
+            compared += 1
+            if not compare(rule, parse(field, row[field]), mine):
+                mismatches.append({"gpu": g0.index, "field": field, "nvidia_smi": row[field], "gputui": mine})
+    return compared, mismatches
+
+
+def process_mismatches(
+    apps: list[dict[str, str]], processes: Sequence[GpuProcess | ProcessRow]
+) -> tuple[list[int], list[int], dict[int, tuple[float, float | None]]]:
+    """nvidia-smi's compute apps against gputui's: (their pids, ours, memory off by over 1 MiB)."""
+    theirs = {int(a["pid"]): float(a["used_memory"]) for a in apps if a["pid"].isdigit()}
+    ours = {p.pid: _mib(p.used_memory) for p in processes if "C" in p.kinds}
+    off = {
+        pid: (theirs[pid], used)
+        for pid, used in ours.items()
+        if pid in theirs and (used is None or abs(used - theirs[pid]) > 1)
+    }
+    return sorted(theirs), sorted(ours), off
+
+
 def compare_gpus(
     r: Result,
     sampler: Sampler,
@@ -125,38 +164,13 @@ def compare_gpus(
     apps = smi_csv("compute-apps", ["pid", "gpu_uuid", "used_memory", "process_name"])
     second = sampler.tick()
     # The oracle travels in the tape: a replay's last reading is `second`, comparable on any machine.
-    mark("nvidia-smi", {"phase": phase, "fields": fields, "gpus": rows, "apps": apps})
-    by_index = {g.index: g for g in second.gpus}
-    mismatches = []
-    compared = 0
-    for g0, row in zip(first.gpus, rows, strict=False):
-        g1 = by_index.get(g0.index, g0)
-        for field, get, rule in FIELDS:
-            if field not in row:
-                continue
-            if field == "memory.used":
-                rule = f"moves:{tol_mem}"
-            smi_value = parse(field, row[field])
-            mine = (get(g0, first), get(g1, second))
-            compared += 1
-            if not compare(rule, smi_value, mine):
-                mismatches.append({"gpu": g0.index, "field": field, "nvidia_smi": row[field], "gputui": mine})
+    mark("nvidia-smi", {"phase": phase, "fields": fields, "tol_mem": tol_mem, "gpus": rows, "apps": apps})
+    compared, mismatches = gpu_mismatches(rows, first.gpus, second.gpus, second.driver_version, tol_mem)
     r.number(f"{phase}_fields_compared", compared)
     r.check(f"{phase}: every GPU field equals nvidia-smi's", not mismatches, mismatches, "no mismatch")
     # Processes: nvidia-smi's compute apps, each with its memory, and no more.
-    smi_procs = {int(a["pid"]): float(a["used_memory"]) for a in apps if a["pid"].isdigit()}
-    listed = {p.pid: _mib(p.used_memory) for p in second.processes if "C" in p.kinds}
-    r.check(
-        f"{phase}: the same compute processes",
-        set(smi_procs) == set(listed),
-        sorted(listed),
-        str(sorted(smi_procs)),
-    )
-    off = {
-        pid: (smi_procs[pid], used)
-        for pid, used in listed.items()
-        if pid in smi_procs and (used is None or abs(used - smi_procs[pid]) > 1)
-    }
+    theirs, ours, off = process_mismatches(apps, second.processes)
+    r.check(f"{phase}: the same compute processes", theirs == ours, ours, str(theirs))
     r.check(f"{phase}: each process's memory (MiB, +-1)", not off, off, "within 1 MiB")
     return second
 

@@ -826,7 +826,15 @@ class Player:
         return array
 
 
+# Arguments that are a moment, not a question: "samples since this timestamp" (the caller's last seen one, or
+# now minus a window). A replay asks at other moments; its answers are matched on the other arguments.
+_MOMENT_ARGS = {"nvmlDeviceGetProcessUtilization": 1}
+
+
 def _key(fn: str, c: bool, args: list[Any], kwargs: dict[str, Any]) -> str:
+    moment = _MOMENT_ARGS.get(fn)
+    if moment is not None and len(args) > moment:
+        args = [*args[:moment], None, *args[moment + 1 :]]
     return json.dumps([fn, c, args, kwargs], sort_keys=True, separators=(",", ":"))
 
 
