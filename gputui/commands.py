@@ -83,6 +83,9 @@ def agent(args: argparse.Namespace) -> int:
             )
         else:
             print(printable(f"{hook.status(env)}: {env.hook} for {env.describe()}"))
+        if env.owner_name is not None:  # root, in another user's environment: only as that user
+            note = f"(done as {env.owner_name}, the environment's owner: root acts for no other user)"
+            print(printable(note))
     except hook.HookError as err:
         say(prog, printable(str(err)))
         return 1

@@ -8,12 +8,14 @@ it knows (theme, layout and column names) to `load`, so this module never import
   an unknown key, a directory, unreadable) is the defaults for what is bad, every valid key kept, and ONE
   warning line that names the file and the first problem.
 - `save` writes atomically (a temporary file created with O_EXCL|O_NOFOLLOW, fsync, os.replace) into a
-  directory created 0700 if missing, and only into a directory this user (the effective uid) owns. It never
-  raises: a failure is one warning line, and the app keeps running.
+  directory created 0700 if missing, and only into a directory this user (the effective uid) owns. The path
+  is walked one directory fd at a time (O_NOFOLLOW, mkdir relative to the fd); a symbolic link on the way is
+  followed only when it is this user's or root's. It never raises: a failure is one warning line, and the
+  app keeps running with the settings it has.
 - Run as root through sudo, HOME and XDG_CONFIG_HOME are taken as sudo left them: root's own (sudo -H, or
   the distribution's env_reset) or the invoking user's. Reading the user's file is harmless (every value is
   validated); writing is refused, since the directory's owner is not root: root never creates or replaces
-  files in another user's home.
+  files in another user's home, nor follows the user's link (`~/.config -> /etc`) to a directory of root's.
 - TOML is read with tomllib on Python 3.11+. Python 3.10 has no TOML reader and gputui adds no dependency
   for one: there `read_toml_subset` reads exactly what `save` writes (`key = "string"`, a number, true or
   false, a one-line array of strings, comments, blank lines); anything else is reported as not understood.
@@ -457,33 +459,74 @@ def save(settings: Settings, path: Path | None = None) -> str | None:
     return None
 
 
+_MAX_LINKS = 40  # as the kernel allows on one path
+# O_PATH: a directory only passed through (0711, like many homes) need not be readable.
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def _open_own_directory(directory: Path) -> int:
     """An fd of `directory`, created 0700 (with its missing parents) if missing; SettingsError unless it is
     a directory this user owns. The write then goes through this fd: what was checked is what is written
-    into, even if a path component is swapped meanwhile."""
+    into, even if a path component is swapped meanwhile.
+
+    The path is walked here one component at a time, each opened with O_NOFOLLOW relative to its parent's
+    fd, and each missing one made with mkdir relative to that fd, only in a directory this user owns. A
+    symbolic link on the way is followed (read and walked here, not by the kernel) only when it belongs to
+    this user or to root: a link planted by another user is never followed, so root run through sudo with
+    the user's HOME creates nothing where the user's `~/.config -> /etc` points, even in a directory of
+    root's."""
     euid = os.geteuid()
-    missing: list[Path] = []
-    existing = directory
-    while not existing.exists():
-        missing.append(existing)
-        if existing.parent == existing:
-            break
-        existing = existing.parent
-    # Nothing is created in a directory of another user either (root via sudo, with the user's HOME).
-    _check_owner(existing, os.stat(existing), euid)
-    for path in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # made meanwhile: checked below like any other
-            os.mkdir(path, 0o700)
-    link = os.lstat(directory)
-    if stat.S_ISLNK(link.st_mode):
-        _check_owner(directory, link, euid)  # a link planted by another user in a shared directory
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    pending = _parts(str(directory) if directory.is_absolute() else os.path.join(os.getcwd(), directory))
+    fd = os.open("/", _DIR_FLAGS)
+    where, links = "/", 0
     try:
+        while pending:
+            name = pending.pop(0)
+            if name == "..":
+                parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd, where = parent, os.path.dirname(where)
+                continue
+            here = os.path.join(where, name)
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                # Nothing is created in a directory of another user (root via sudo, with the user's HOME).
+                _check_owner(Path(where), os.fstat(fd), euid)
+                with contextlib.suppress(FileExistsError):  # made meanwhile: checked below like any other
+                    os.mkdir(name, 0o700, dir_fd=fd)
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                if st.st_uid not in (euid, 0):
+                    raise SettingsError(
+                        f"{printable(here)} is a symbolic link of uid {st.st_uid}, not of this user "
+                        f"(uid {euid}): gputui follows no other user's link to save its settings"
+                    )
+                links += 1
+                if links > _MAX_LINKS:
+                    raise SettingsError(f"{printable(str(directory))}: too many levels of symbolic links")
+                target = os.readlink(name, dir_fd=fd)
+                pending[:0] = _parts(target)
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd, where = -1, "/"  # never closed twice if the open fails
+                    fd = os.open("/", _DIR_FLAGS)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                raise SettingsError(f"{printable(here)} is not a directory")
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)  # a link swapped in meanwhile: ELOOP
+            os.close(fd)
+            fd, where = child, here
         _check_owner(directory, os.fstat(fd), euid)
-    except SettingsError:
-        os.close(fd)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
         raise
     return fd
+
+
+def _parts(path: str) -> list[str]:
+    return [part for part in path.split("/") if part not in ("", ".")]
 
 
 def _check_owner(path: Path, st: os.stat_result, euid: int) -> None:
@@ -518,5 +561,9 @@ def _replace_atomically(directory: int, name: str, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary, dir_fd=directory)
         raise
-    with contextlib.suppress(OSError):  # the rename itself survives a crash
-        os.fsync(directory)
+    with contextlib.suppress(OSError):  # the rename itself survives a crash (an O_PATH fd cannot fsync)
+        readable = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory)
+        try:
+            os.fsync(readable)
+        finally:
+            os.close(readable)
