@@ -649,8 +649,11 @@ def bench_owners(processes: int = 1000, ticks: int = 50) -> dict[str, object]:
                 (proc / str(p.pid) / "cgroup").write_text(f"0::/{rel or 'user.slice/session-1.scope'}\n")
         started = {p.pid: psutil.Process(p.pid).create_time() for p in world}
 
+        # Shapes count only where their managers make them: here below the bench's own directory.
+        root = f"/{cg.name}" if cg is not None else "/"
+
         def first_sight() -> Owners:
-            owners = Owners(proc=proc, pods_dir=pods_dir)
+            owners = Owners(proc=proc, pods_dir=pods_dir, cgroup_root=root)
             for pid, ct in started.items():
                 owners.lookup(pid, ct)
             return owners

@@ -8,12 +8,28 @@ that is not the monitor's own.
 
 All agents are asked at once, on non-blocking sockets under one deadline per tick: a stopped or slow
 agent costs that deadline, never more, and is marked, not waited for.
+
+What finding them costs is bounded, whatever other users put in /tmp (anyone may make 300,000 files
+/tmp/gputui-<digits>; root once took each name for a uid and opened its directories on every tick):
+
+- Only a process can serve an agent, so root looks only at the uids that own a process here: every
+  DIRS_EVERY_S, one listing of /proc (at most MAX_PROC_ENTRIES entries, one stat each, for its owner),
+  then one lstat of each candidate directory (protocol.candidate_dirs: /tmp/gputui-<uid>,
+  /run/user/<uid>/gputui) of at most MAX_USERS of those uids, lowest first. Nothing in /tmp is listed:
+  names there cost nothing, and no flood can hide a real directory.
+- A candidate that is not a real directory of its uid that nobody else can write is refused at that
+  rescan and not opened again until the next; so is one refused when opened. Per tick root opens only
+  the directories that passed (at most 2 * MAX_USERS; in practice one per user running agents), its
+  own two, and for DIRS_EVERY_S after an attach (expect) the two of that user.
+- In each directory opened, at most MAX_DIR_ENTRIES names are read per tick (one stat each, to see
+  whether its process lives; in the monitor's own directories, a dead one's socket is removed).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import selectors
 import socket
@@ -32,7 +48,11 @@ from gputui.units import printable
 
 TICK_DEADLINE_S = 0.15  # for every agent together, once a tick
 ACT_DEADLINE_S = 30.0  # an action (empty_cache, a snapshot dump) may take a while
-DIRS_EVERY_S = 5.0  # how often root looks for the directories of users it has not seen yet
+DIRS_EVERY_S = 5.0  # how often root looks again at which users own processes, and at their directories
+MAX_PROC_ENTRIES = 1 << 17  # /proc entries read per rescan
+MAX_USERS = 1024  # uids whose directories root looks at per rescan (the lowest: real users before subuids)
+MAX_DIR_ENTRIES = 1024  # names read of one agent directory per tick
+PROC = "/proc"
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -59,28 +79,47 @@ def _open_trusted(directory: Path, uid: int) -> int | None:
 
 
 def _users_with_agents() -> set[int]:
-    """Root's view: every uid that has one of the candidate directories (each is checked later)."""
-    uids = set()
-    for parent, prefix in (("/tmp", "gputui-"), ("/run/user", "")):
-        with contextlib.suppress(OSError), os.scandir(parent) as entries:
-            for entry in entries:
-                number = entry.name.removeprefix(prefix)
-                if entry.name.startswith(prefix) and number.isascii() and number.isdigit():
-                    uids.add(int(number[:10]))
-    return uids
+    """Root's view: the uids that may run an agent, those that own a process here (the owner of its
+    /proc/PID: its effective uid; root's for a process made non-dumpable), at most MAX_USERS of them,
+    the lowest. Their directories are checked later. Bounded by the processes, never by the names
+    anyone gives files in /tmp."""
+    uids: set[int] = set()
+    with contextlib.suppress(OSError), os.scandir(PROC) as entries:
+        for n, entry in enumerate(entries):
+            if n >= MAX_PROC_ENTRIES:
+                break
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):  # gone since the listing
+                    uids.add(entry.stat(follow_symlinks=False).st_uid)
+    return set(sorted(uids)[:MAX_USERS])
 
 
-def discover_in(directories: Iterable[tuple[Path, int]]) -> dict[int, AgentSocket]:
+def _looks_trusted(directory: Path, uid: int) -> bool:
+    """lstat only, nothing opened: whether `directory` may be an agent directory of `uid` (checked again
+    on the descriptor when it is opened)."""
+    try:
+        return protocol.trusted_dir(os.lstat(directory), uid)
+    except OSError:
+        return False
+
+
+def discover_in(
+    directories: Iterable[tuple[Path, int]], refused: set[Path] | None = None
+) -> dict[int, AgentSocket]:
     """pid -> socket, for every `<pid>.sock` of a live process in the trusted ones of `directories`
-    (path, owner uid). Sockets of dead processes are removed from the monitor's own directories only."""
+    (path, owner uid), among the first MAX_DIR_ENTRIES names of each. Sockets of dead processes are
+    removed from the monitor's own directories only. `refused`: gets the directories that were not."""
     found: dict[int, AgentSocket] = {}
     me = os.getuid()
     for directory, uid in directories:
         fd = _open_trusted(directory, uid)
         if fd is None:
+            if refused is not None:
+                refused.add(directory)
             continue
         try:
-            names = os.listdir(fd)
+            with os.scandir(fd) as entries:
+                names = [entry.name for entry in itertools.islice(entries, MAX_DIR_ENTRIES)]
             for name in names:
                 pid = protocol.pid_of(name)
                 if pid is None or pid in found:
@@ -236,30 +275,50 @@ class AgentPoller:
         self.deadline_s = deadline_s
         self.monotonic = monotonic
         self._last: dict[int, AgentReport] = {}  # the last good report of each agent
-        self._uids: set[int] = set()
+        self._uids: set[int] = set()  # root: the users that owned processes at the last rescan
+        self._dirs: list[tuple[Path, int]] = []  # ...and their directories that passed its lstat
+        self._expected: dict[int, float] = {}  # uid -> when an attach said to look at it (expect)
         self._uids_at: float | None = None
         self.refused: dict[int, str] = {}  # pid -> why its socket was not believed (last poll)
 
     def directories(self) -> list[tuple[Path, int]]:
+        """The directories to open this tick: this user's own; as root also the other users' that passed
+        the last rescan, and those of a user just attached to (see the module's bounds)."""
         me = os.getuid()
         if self.directory is not None:
             return [(self.directory, me)]
-        uids = {me}
-        if me == 0:  # root may read every user's agents, each from that user's own directories
-            now = self.monotonic()
-            if self._uids_at is None or now - self._uids_at >= DIRS_EVERY_S:
-                self._uids, self._uids_at = _users_with_agents(), now
-            uids |= self._uids
-        return [(path, uid) for uid in sorted(uids) for path in protocol.candidate_dirs(uid)]
+        out = [(path, me) for path in protocol.candidate_dirs(me)]
+        if me != 0:
+            return out
+        # root may read every user's agents, each from that user's own directories
+        now = self.monotonic()
+        if self._uids_at is None or now - self._uids_at >= DIRS_EVERY_S:
+            self._uids, self._uids_at = _users_with_agents() - {me}, now
+            self._dirs = [
+                (path, uid)
+                for uid in sorted(self._uids)
+                for path in protocol.candidate_dirs(uid)
+                if _looks_trusted(path, uid)
+            ]
+        expected = sorted(uid for uid, at in self._expected.items() if 0 <= now - at < DIRS_EVERY_S)
+        if len(expected) < len(self._expected):
+            self._expected = {uid: self._expected[uid] for uid in expected}
+        out += self._dirs
+        out += [(path, uid) for uid in expected if uid != me for path in protocol.candidate_dirs(uid)]
+        return list(dict.fromkeys(out))
 
     def expect(self, uid: int) -> None:
         """An agent of `uid` was just started (an attach): root looks at that user's directories from
-        the next poll, not only after the next listing, up to DIRS_EVERY_S later. Called from the UI
-        thread: the set is replaced, never changed in place, while the sampler's thread may read it."""
-        self._uids = self._uids | {uid}
+        the next poll and for DIRS_EVERY_S, not only after the next rescan. Called from the UI thread:
+        the dict is replaced, never changed in place, while the sampler's thread may read it."""
+        self._expected = {**self._expected, uid: self.monotonic()}
 
     def discover(self) -> dict[int, AgentSocket]:
-        return discover_in(self.directories())
+        refused: set[Path] = set()
+        found = discover_in(self.directories(), refused)
+        if refused and self._dirs:  # not opened again until the next rescan looks at them afresh
+            self._dirs = [d for d in self._dirs if d[0] not in refused]
+        return found
 
     def poll(self) -> dict[int, AgentReport]:
         found = self.discover()

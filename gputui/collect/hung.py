@@ -7,7 +7,14 @@ Two rules, pure functions of what the sampler has:
 - With the agent: its last step is older than STALL_FACTOR times its usual (median) step time, and at
   least STALL_MIN_S; while the GPU shows >= BUSY_AGENT % utilization and is not drawing working power.
 - Without it: utilization >= BUSY_NO_AGENT % and power near idle on every sample of the last QUIET_S,
-  and the process at <= CPU_QUIET % CPU for as long.
+  and the process at <= CPU_QUIET % CPU for as long; and the spinning is its own. The GPU's numbers are
+  the whole GPU's: a notebook kernel asleep on a GPU where a hung rank spins sees them too. So each
+  process is judged by its own SM % as well (NVML's per-process utilization): every report of it over
+  the last QUIET_S at >= OWN_SM_BUSY % (a rank spinning alone shows ~100 %, two sharing a GPU by time
+  slices about half each), at least one report. One report below that in the window (its kernels did
+  not run: a process at 0 % SM on a busy GPU is not the one spinning) and it is not hung. When NVML
+  reported none (an idle process often has no sample at all; some drivers give none), the GPU's numbers
+  alone decide only for the only process on that GPU in NVML's lists: beside others, nobody is blamed.
 
 "Near idle": at most the GPU's idle level plus NEAR_IDLE_SHARE of its power limit. The idle level is
 the lowest power this GPU drew while gputui watched it, but never above IDLE_SHARE of the limit (a GPU
@@ -31,6 +38,7 @@ BUSY_AGENT = 90
 BUSY_NO_AGENT = 95
 QUIET_S = 120.0
 CPU_QUIET = 2.0
+OWN_SM_BUSY = 25  # % of the time its own kernels ran, by NVML's per-process utilization
 IDLE_SHARE = 0.2
 NEAR_IDLE_SHARE = 0.15
 MIN_STEPS = 3  # a job must have stepped before it can stall
@@ -94,6 +102,34 @@ class GpuWindow:
         return (low >= busy and high <= near), low, high
 
 
+class ProcessSm:
+    """One process's own SM % over time (NVML's per-process utilization, which comes and goes): when a
+    report last said its kernels ran (>= OWN_SM_BUSY) and when one last said they did not."""
+
+    __slots__ = ("busy_at", "quiet_at")
+
+    def __init__(self) -> None:
+        self.busy_at: float | None = None
+        self.quiet_at: float | None = None
+
+    def add(self, now: float, sm_util: int | None) -> None:
+        if sm_util is None:  # no sample this tick: unknown, not quiet
+            return
+        if sm_util >= OWN_SM_BUSY:
+            self.busy_at = now
+        else:
+            self.quiet_at = now
+
+    def spinning(self, now: float, span: float) -> bool | None:
+        """Over the last `span` seconds: True, every report said its kernels ran (at least one did);
+        False, a report said they did not; None, NVML reported nothing."""
+        if self.quiet_at is not None and self.quiet_at >= now - span:
+            return False
+        if self.busy_at is not None and self.busy_at >= now - span:
+            return True
+        return None
+
+
 def _steps(n: int) -> str:
     return f"{n:,}"
 
@@ -131,10 +167,21 @@ def stalled(report: AgentReport, gpu: GpuWindow | None, now: float, rules: Rules
 
 
 def possibly_hung(
-    quiet_s: float | None, gpu: GpuWindow | None, now: float, rules: Rules = DEFAULT
+    quiet_s: float | None,
+    gpu: GpuWindow | None,
+    now: float,
+    rules: Rules = DEFAULT,
+    own_sm: bool | None = None,
+    sharing: int = 0,
 ) -> str | None:
-    """The rule without an agent, for a process that has been at ~0 % CPU for `quiet_s` seconds."""
+    """The rule without an agent, for a process that has been at ~0 % CPU for `quiet_s` seconds.
+
+    `own_sm`: its own SM % over the last rules.quiet_s (ProcessSm.spinning): True its kernels ran, False
+    they did not (then it is never hung), None unknown. `sharing`: how many other processes NVML lists on
+    its GPU; with its own SM % unknown, the GPU's numbers alone make only the only process hung."""
     if quiet_s is None or quiet_s < rules.quiet_s or gpu is None:
+        return None
+    if own_sm is False or (own_sm is None and sharing > 0):
         return None
     seen = gpu.busy_at_idle_power(now, rules.quiet_s, BUSY_NO_AGENT)
     if seen is None or not seen[0]:

@@ -21,7 +21,7 @@ from gputui.collect.source import GpuSource, SourceInfo, SourceUnavailable
 from gputui.model import AgentReport, GpuSample, Owner, ProcessRow, Snapshot, unaccounted_memory
 
 if TYPE_CHECKING:
-    from gputui.collect.owners import Owners
+    from gputui.collect.owners import Found, Owners
 
 TREND_EVERY_S = 5.0  # a process's memory trend is recomputed at most this often
 
@@ -70,6 +70,8 @@ class Sampler:
         self.hung_rules = hung.DEFAULT
         self._trends: dict[tuple[int, float | None], tuple[float, forecast.Forecast]] = {}
         self._quiet_since: dict[tuple[int, float | None], float] = {}
+        # per (pid, create time, GPU): when its own SM % last said its kernels ran, or did not
+        self._own_sm: dict[tuple[int, float | None, int], hung.ProcessSm] = {}
 
     def open(self) -> SourceInfo:
         """Open the source once; a second caller waits for the first and gets the same answer."""
@@ -207,6 +209,10 @@ class Sampler:
                 where = (rows[i].gpu or 0, rows[i].gpu_instance)
                 filling[where] = filling.get(where, 0.0) + g
         out = list(rows)
+        listed: dict[int, set[int]] = {}  # GPU -> the pids NVML lists on it: is a process alone there?
+        for row in rows:
+            if row.gpu is not None and row.kinds:
+                listed.setdefault(row.gpu, set()).add(row.pid)
         for i, g in growth.items():
             row = rows[i]
             sample = by_index.get(row.gpu or 0)
@@ -215,7 +221,8 @@ class Sampler:
                 full_in = forecast.seconds_until_full(
                     forecast.free_bytes(sample, row.gpu_instance), filling[(row.gpu or 0, row.gpu_instance)]
                 )
-            verdict = self._hung(row, agents.get(row.pid), now)
+            others = len(listed.get(row.gpu or 0, ())) - 1
+            verdict = self._hung(row, agents.get(row.pid), now, others)
             if g is None and verdict is None:
                 continue
             changes: dict[str, object] = {"memory_growth": g, "full_in": full_in, "hung": verdict}
@@ -227,6 +234,8 @@ class Sampler:
         for store in (self._trends, self._quiet_since):
             for key in [k for k in store if k not in live]:
                 del store[key]
+        for own in [k for k in self._own_sm if k[:2] not in live]:
+            del self._own_sm[own]
         return tuple(out)
 
     def _trend(self, key: tuple[int, float | None], now: float, born: float | None) -> float | None:
@@ -240,14 +249,28 @@ class Sampler:
         f = cached[1]
         return f.growth if f.enough else None
 
-    def _hung(self, row: ProcessRow, report: AgentReport | None, now: float) -> str | None:
+    def _hung(self, row: ProcessRow, report: AgentReport | None, now: float, others: int = 0) -> str | None:
+        """Why this row looks hung, or None. `others`: how many other processes NVML lists on its GPU.
+        Without an agent each process is judged by its own SM % and CPU, not by its GPU's alone: a quiet
+        process beside a spinning one is not hung (see hung.possibly_hung)."""
         gpu = self.gpu_windows.get(row.gpu or 0)
+        own = None
+        if row.kinds:  # its own SM % is tracked every tick, whichever rule applies now
+            own = self._own_sm.setdefault((row.pid, row.create_time, row.gpu or 0), hung.ProcessSm())
+            own.add(now, row.sm_util)
         if report is not None and report.progress.steps is not None:  # the agent knows: only its rule
             return hung.stalled(report, gpu, now, self.hung_rules)
-        if not row.kinds:  # not in NVML's lists: a data-loader worker, not the GPU's user
+        if own is None:  # not in NVML's lists: a data-loader worker, not the GPU's user
             return None
         since = self._quiet_since.get((row.pid, row.create_time))
-        return hung.possibly_hung(None if since is None else now - since, gpu, now, self.hung_rules)
+        return hung.possibly_hung(
+            None if since is None else now - since,
+            gpu,
+            now,
+            self.hung_rules,
+            own_sm=own.spinning(now, self.hung_rules.quiet_s),
+            sharing=others,
+        )
 
     def memory_split(self, pid: int, create_time: float | None) -> forecast.Split | None:
         """With an agent: whether allocated (a leak) or only reserved (fragmentation) grows."""
@@ -255,8 +278,11 @@ class Sampler:
 
     def _with_owners(self, rows: tuple[ProcessRow, ...]) -> tuple[ProcessRow, ...]:
         """Each row with its container, pod or SLURM job; an orphan's reason says whose, and whether
-        that pod or job has ended. Only rows that have an owner are copied: most have none."""
+        that pod or job has ended. Only rows that have an owner are copied: most have none. The cgroup
+        reads behind "has ended" are bounded per tick (see gputui.collect.owners): each job's cgroup is
+        read once for all its orphans."""
         owners = self.owners
+        owners.tick()
         out = list(rows)
         for i, row in enumerate(rows):
             if not row.visible:  # another PID namespace's pid, or gone: this /proc/PID is not it
@@ -267,29 +293,33 @@ class Sampler:
                 owner = None
             if owner is not None:
                 out[i] = dataclasses.replace(row, owner=owner)
-        for i, row in enumerate(out):
-            if (
-                row.category == "orphan"
-                and row.owner is not None
-                and row.owner.kind in ("slurm", "kubernetes")
-            ):
-                out[i] = dataclasses.replace(row, reason=self._orphan_reason(row, out))
+        orphans = [
+            i
+            for i, row in enumerate(out)
+            if row.category == "orphan"
+            and row.owner is not None
+            and row.owner.kind in ("slurm", "kubernetes")
+        ]
+        if orphans:
+            of_job: dict[tuple[str, str], set[int]] = {}
+            for r in out:
+                if r.category == "orphan" and r.owner is not None:
+                    of_job.setdefault((r.owner.kind, r.owner.id), set()).add(r.pid)
+            found = {i: owners.found(out[i].pid, out[i].create_time) for i in orphans}
+            owners.read_groups(f for f in found.values() if f is not None)
+            for i in orphans:
+                row = out[i]
+                assert row.owner is not None
+                mates = of_job[(row.owner.kind, row.owner.id)]
+                out[i] = dataclasses.replace(row, reason=self._orphan_reason(row, found[i], mates))
         owners.forget_except(r.pid for r in rows)
         return tuple(out)
 
-    def _orphan_reason(self, row: ProcessRow, rows: list[ProcessRow]) -> str:
+    def _orphan_reason(self, row: ProcessRow, found: Found | None, orphans: set[int]) -> str:
         """`orphan of SLURM job 81234, which has ended; ...`: ended when no process but this job's
         orphans is left in the job's (or pod's) cgroup, which takes root to read; unsaid when unknown."""
         owner = row.owner
         assert owner is not None
-        found = self.owners.found(row.pid, row.create_time)
-        orphans = {
-            r.pid
-            for r in rows
-            if r.category == "orphan"
-            and r.owner is not None
-            and (r.owner.kind, r.owner.id) == (owner.kind, owner.id)
-        }
         others = self.owners.others_in_group(found, orphans) if found is not None else None
         if others == 0:
             state = ", which has ended"

@@ -62,10 +62,10 @@ def v1(path: str) -> str:
         (v2(f"/machine.slice/crio-{CID}.scope"), Owner(kind="cri-o", id=CID)),
         (v2(f"/machine.slice/libpod-{CID}.scope/container"), Owner(kind="podman", id=CID)),
         (v1(f"/libpod_parent/libpod-{CID}"), Owner(kind="podman", id=CID)),
-        # Rootless podman: under the user's own systemd.
+        # Rootless podman: under the user's own systemd, and that user's (by name, else by uid).
         (
             v2(f"/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope"),
-            Owner(kind="podman", id=CID),
+            Owner(kind="podman", id=CID, user=owners_mod._user_name(1000) or "1000"),
         ),
         # Kubernetes, systemd driver: burstable, besteffort, guaranteed (no QoS slice); three runtimes.
         (

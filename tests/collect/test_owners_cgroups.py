@@ -52,6 +52,11 @@ class Cgroups:
         self.base.mkdir()
         self.home = mount / (_own_cgroup() or "/").lstrip("/")
 
+    @property
+    def root(self) -> str:
+        """Where the managers' locations start for Owners: this test's own directory (cgroup_root)."""
+        return self.path("")
+
     def path(self, rel: str) -> str:
         """The cgroup path /proc/PID/cgroup shows for `rel`."""
         return "/" + str((self.base / rel).relative_to(self.mount))
@@ -119,7 +124,7 @@ def test_real_processes_in_real_cgroups(
     cgroups.move(named.pid, "system.slice/slurmstepd.scope/job_81234/step_0/user/task_1")
     cgroups.move(plain.pid, "user.slice/user-1000.slice/session-4.scope")
     (tmp_path / f"ml-team_trainer-0_{uid}").mkdir()
-    owners = Owners(pods_dir=tmp_path)
+    owners = Owners(pods_dir=tmp_path, cgroup_root=cgroups.root)
 
     assert owners.lookup(pod.pid, pod.create_time()) == Owner(
         kind="kubernetes", id=uid, name="trainer-0", namespace="ml-team", container=CID, qos="burstable"
@@ -143,6 +148,7 @@ def test_an_orphan_of_an_ended_slurm_job_through_a_tick(
     """The demo's real orphan (a worker whose parent exited, holding a stand-in /dev/nvidia0) moved
     into a job's step: the job has ended while nothing else is in its cgroup; it runs while something is."""
     with Sampler(DemoSource(gpus=1)) as sampler:
+        sampler.owners = Owners(monotonic=sampler.monotonic, cgroup_root=cgroups.root)
         src = sampler.source
         assert isinstance(src, DemoSource) and src.orphan_pid is not None
         job = "system.slice/slurmstepd.scope/job_4242"
@@ -162,3 +168,37 @@ def test_an_orphan_of_an_ended_slurm_job_through_a_tick(
         assert row.reason.startswith("orphan of SLURM job 4242, which still runs (1 other process); holds")
         # Every other row of the demo has no owner: they are in the test's own cgroup.
         assert all(r.owner is None for r in sampler.tick().processes if r.pid != src.orphan_pid)
+
+
+ALICE = 1003
+TREE = f"user.slice/user-{ALICE}.slice/user@{ALICE}.service"
+
+
+def test_a_job_forged_in_a_users_own_subtree_is_nobodys(
+    cgroups: Cgroups, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
+    """Alice's delegated subtree (user@1003.service, hers as systemd hands it over) holds a copy of bob's
+    job's path; her process there, whose environment names bob's job, is no part of it."""
+    forged = _sleep(sleepers, {"SLURM_JOB_ID": "81234", "SLURM_JOB_NAME": "evil"})
+    real = _sleep(sleepers, {"SLURM_JOB_ID": "81234", "SLURM_JOB_NAME": "bob-train"})
+    (cgroups.base / TREE).mkdir(parents=True)
+    os.chown(cgroups.base / TREE, ALICE, ALICE)  # what systemd does for user@.service (Delegate=yes)
+    cgroups.move(forged.pid, f"{TREE}/slurm/uid_1002/job_81234/step_0")
+    for d in ("slurm", "slurm/uid_1002", "slurm/uid_1002/job_81234", "slurm/uid_1002/job_81234/step_0"):
+        os.chown(cgroups.base / TREE / d, ALICE, ALICE)  # made by alice
+    cgroups.move(real.pid, "system.slice/slurmstepd.scope/job_81234/step_0/user/task_0")
+    owners = Owners(cgroup_root=cgroups.root)
+    assert owners.lookup(forged.pid, forged.create_time()) is None
+    owner = owners.lookup(real.pid, real.create_time())
+    assert owner is not None and (owner.id, owner.name) == ("81234", "bob-train")
+
+
+def test_a_job_below_a_directory_another_user_owns_is_refused(
+    cgroups: Cgroups, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
+    """At the manager's location, but `uid_1002` belongs to uid 1003: made by 1003, not by slurmd."""
+    p = _sleep(sleepers)
+    cgroups.move(p.pid, "slurm/uid_1002/job_81234/step_0")
+    assert Owners(cgroup_root=cgroups.root).lookup(p.pid, p.create_time()) is not None
+    os.chown(cgroups.base / "slurm/uid_1002", ALICE, ALICE)
+    assert Owners(cgroup_root=cgroups.root).lookup(p.pid, p.create_time()) is None
