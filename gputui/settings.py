@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from gputui.agent.fdwalk import NotADirectoryOnTheWay, TooManyLinks, walk
 from gputui.units import printable
 
 MAX_BYTES = 64 * 1024  # a settings file is a few hundred bytes: anything bigger is not one
@@ -459,74 +460,44 @@ def save(settings: Settings, path: Path | None = None) -> str | None:
     return None
 
 
-_MAX_LINKS = 40  # as the kernel allows on one path
-# O_PATH: a directory only passed through (0711, like many homes) need not be readable.
-_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 def _open_own_directory(directory: Path) -> int:
     """An fd of `directory`, created 0700 (with its missing parents) if missing; SettingsError unless it is
     a directory this user owns. The write then goes through this fd: what was checked is what is written
     into, even if a path component is swapped meanwhile.
 
-    The path is walked here one component at a time, each opened with O_NOFOLLOW relative to its parent's
-    fd, and each missing one made with mkdir relative to that fd, only in a directory this user owns. A
-    symbolic link on the way is followed (read and walked here, not by the kernel) only when it belongs to
-    this user or to root: a link planted by another user is never followed, so root run through sudo with
-    the user's HOME creates nothing where the user's `~/.config -> /etc` points, even in a directory of
-    root's."""
+    The path is walked one component at a time (gputui.agent.fdwalk), each opened with O_NOFOLLOW relative
+    to its parent's fd, and each missing one made with mkdir relative to that fd, only in a directory this
+    user owns. A symbolic link on the way is followed (read and walked there, not by the kernel) only when
+    it belongs to this user or to root: a link planted by another user is never followed, so root run
+    through sudo with the user's HOME creates nothing where the user's `~/.config -> /etc` points, even in
+    a directory of root's."""
     euid = os.geteuid()
-    pending = _parts(str(directory) if directory.is_absolute() else os.path.join(os.getcwd(), directory))
-    fd = os.open("/", _DIR_FLAGS)
-    where, links = "/", 0
+
+    def make(parent: int, where: str, name: str) -> None:
+        # Nothing is created in a directory of another user (root via sudo, with the user's HOME).
+        _check_owner(Path(where), os.fstat(parent), euid)
+        with contextlib.suppress(FileExistsError):  # made meanwhile: checked by the walk like any other
+            os.mkdir(name, 0o700, dir_fd=parent)
+
+    def follow(here: str, st: os.stat_result) -> None:
+        if st.st_uid not in (euid, 0):
+            raise SettingsError(
+                f"{printable(here)} is a symbolic link of uid {st.st_uid}, not of this user "
+                f"(uid {euid}): gputui follows no other user's link to save its settings"
+            )
+
     try:
-        while pending:
-            name = pending.pop(0)
-            if name == "..":
-                parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd, where = parent, os.path.dirname(where)
-                continue
-            here = os.path.join(where, name)
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                # Nothing is created in a directory of another user (root via sudo, with the user's HOME).
-                _check_owner(Path(where), os.fstat(fd), euid)
-                with contextlib.suppress(FileExistsError):  # made meanwhile: checked below like any other
-                    os.mkdir(name, 0o700, dir_fd=fd)
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):
-                if st.st_uid not in (euid, 0):
-                    raise SettingsError(
-                        f"{printable(here)} is a symbolic link of uid {st.st_uid}, not of this user "
-                        f"(uid {euid}): gputui follows no other user's link to save its settings"
-                    )
-                links += 1
-                if links > _MAX_LINKS:
-                    raise SettingsError(f"{printable(str(directory))}: too many levels of symbolic links")
-                target = os.readlink(name, dir_fd=fd)
-                pending[:0] = _parts(target)
-                if target.startswith("/"):
-                    os.close(fd)
-                    fd, where = -1, "/"  # never closed twice if the open fails
-                    fd = os.open("/", _DIR_FLAGS)
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                raise SettingsError(f"{printable(here)} is not a directory")
-            child = os.open(name, _DIR_FLAGS, dir_fd=fd)  # a link swapped in meanwhile: ELOOP
-            os.close(fd)
-            fd, where = child, here
+        fd, _ = walk(str(directory), on_missing=make, on_link=follow, directory_only=True)
+    except TooManyLinks:
+        raise SettingsError(f"{printable(str(directory))}: too many levels of symbolic links") from None
+    except NotADirectoryOnTheWay as err:
+        raise SettingsError(f"{printable(str(err.filename))} is not a directory") from None
+    try:
         _check_owner(directory, os.fstat(fd), euid)
     except BaseException:
-        if fd >= 0:
-            os.close(fd)
+        os.close(fd)
         raise
     return fd
-
-
-def _parts(path: str) -> list[str]:
-    return [part for part in path.split("/") if part not in ("", ".")]
 
 
 def _check_owner(path: Path, st: os.stat_result, euid: int) -> None:

@@ -12,7 +12,6 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 
 from gputui import settings
 from gputui.settings import Settings, SettingsError, TomlSubsetError, load, read_toml_subset, render, save
-from tests.users import NOBODY, become
+from tests.users import NOBODY, as_user
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -228,7 +227,7 @@ def test_an_unreadable_file_is_the_defaults(config: Path) -> None:
         loaded, warning = load(config)
         return f"{loaded == Settings()}\n{warning}"
 
-    same, warning = _in_a_child_as_nobody(load_as_nobody).split("\n", 1)
+    same, warning = as_user(load_as_nobody).split("\n", 1)
     assert same == "True"
     assert_one_line(warning, config, "cannot read it", "Permission denied")
 
@@ -573,29 +572,11 @@ def test_another_user_cannot_save_into_roots_directory() -> None:
         top.chmod(0o755)
         config = top / "gputui" / "config.toml"
         config.parent.mkdir(mode=0o755)
-        warning = _in_a_child_as_nobody(lambda: str(save(CHANGED, config)))
+        warning = as_user(lambda: str(save(CHANGED, config)))
         assert_one_line(warning, config, "not saved", "belongs to uid 0", "not to this user")
         assert os.listdir(config.parent) == []
     finally:
         shutil.rmtree(top)
-
-
-def _in_a_child_as_nobody(work: Callable[[], str]) -> str:
-    """What `work()` returns, run by `nobody` in a forked child."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.close(read_end)
-            become(NOBODY)
-            os.write(write_end, work().encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        result = pipe.read()
-    os.waitpid(pid, 0)
-    return result
 
 
 def test_no_textual_no_rich() -> None:

@@ -5,38 +5,17 @@ one; the refusal is the one warning line of a failed save. `nobody` plays the us
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gputui import settings
 from gputui.settings import Settings, load, save
-from tests.users import NOBODY, become
+from tests.users import NOBODY, alice_fixture, as_user, top_fixture  # noqa: F401 - the fixtures alice and top
 
 IS_ROOT = os.geteuid() == 0
 NEEDS_ROOT = pytest.mark.skipif(not IS_ROOT, reason="plays another user (lchown): needs root")
 CHANGED = Settings(theme="nord", tree=True, interval=0.5)
-
-
-@pytest.fixture
-def top() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="gputui-settings-root-"))
-    directory.chmod(0o755)
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory)
-
-
-@pytest.fixture
-def alice(top: Path) -> Path:
-    home = top / "alice"
-    home.mkdir(mode=0o755)
-    os.chown(home, NOBODY, NOBODY)
-    return home
 
 
 @pytest.fixture
@@ -117,19 +96,7 @@ def test_a_user_follows_their_own_link(top: Path, alice: Path) -> None:
     os.chown(dotfiles, NOBODY, NOBODY)
     plant(alice / ".config", dotfiles)
     path = alice / ".config" / "gputui" / "config.toml"
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.close(read_end)
-            become(NOBODY)
-            os.write(write_end, str(save(CHANGED, path)).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        said = pipe.read()
-    os.waitpid(pid, 0)
+    said = as_user(lambda: str(save(CHANGED, path)))
     assert said == "None"
     saved = dotfiles / "gputui" / "config.toml"
     assert saved.stat().st_uid == NOBODY and load(saved)[0] == CHANGED

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gputui.agent.fdwalk import Seen, walk
+
 NAME = "gputui-agent.pth"
 ONCE = "_gputui_agent_hook"  # a key in sys.modules: the hook has run in this process
 BOOT = Path(__file__).resolve().parent / "autostart" / "gputui_boot.py"
@@ -49,12 +51,7 @@ _ASK = (
 MAX_ANSWER = 64 * 1024  # what the interpreter may print: its answer is a few hundred bytes
 MAX_PATH = 4096  # PATH_MAX
 MAX_HOOK = 64 * 1024  # a hook file read by `status`: the hook's line is under 1 KiB
-_MAX_LINKS = 40  # as the kernel allows on one path
-# O_PATH: a directory only passed through (0711, like many homes) need not be readable.
-_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OWNERS_PATH = "/usr/local/bin:/usr/bin:/bin"  # PATH of an interpreter run as its owner
-
-Seen = list[tuple[str, os.stat_result]]  # what a walk passed through: each entry's path, lstat'ed
 
 
 class HookError(Exception):
@@ -334,71 +331,19 @@ def _check_seen(env: Environment, seen: Seen) -> None:
         _check_nobody_else_writes(seen, {seen[-1][0]})
 
 
-# -- a walk one directory descriptor at a time -------------------------------------------------------------
-
-
-def _walk(path: str) -> tuple[int, Seen]:
-    """Reach absolute `path` as the kernel would, but one component at a time, each directory opened
-    O_DIRECTORY|O_NOFOLLOW relative to its parent's descriptor and each link read and walked here, so
-    that every entry passed through is seen. Returns a descriptor of the last directory reached (`path`
-    itself, or the directory of the file it names) and every entry passed through, `path`'s last."""
-    pending = _parts(path)
-    fd = os.open("/", _DIR_FLAGS)
-    where, links = "/", 0
-    seen: Seen = [("/", os.fstat(fd))]
-    try:
-        while pending:
-            name = pending.pop(0)
-            if name == "..":
-                parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd, where = parent, os.path.dirname(where)
-                seen.append((where, os.fstat(fd)))
-                continue
-            here = os.path.join(where, name)
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            seen.append((here, st))
-            if stat.S_ISLNK(st.st_mode):
-                links += 1
-                if links > _MAX_LINKS:
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
-                target = os.readlink(name, dir_fd=fd)
-                pending[:0] = _parts(target)
-                if target.startswith("/"):
-                    os.close(fd)
-                    fd, where = -1, "/"  # never closed twice if the open fails
-                    fd = os.open("/", _DIR_FLAGS)
-                    seen.append((where, os.fstat(fd)))
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                if pending:
-                    raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), here)
-                break
-            child = os.open(name, _DIR_FLAGS, dir_fd=fd)  # a link swapped in meanwhile: ELOOP
-            os.close(fd)
-            fd, where = child, here
-            seen[-1] = (here, os.fstat(fd))  # what was opened is what is judged
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        raise
-    return fd, seen
+# -- every entry on the way, through directory descriptors (fdwalk) --------------------------------------
 
 
 def _walked(path: str) -> Seen:
-    fd, seen = _walk(path)
+    fd, seen = walk(path)
     os.close(fd)
     return seen
-
-
-def _parts(path: str) -> list[str]:
-    return [part for part in path.split("/") if part not in ("", ".")]
 
 
 def _open_purelib(env: Environment) -> int:
     """A descriptor of site-packages, through no path another user controls: as root for root's own
     environment, checked again on the way (what was checked is what is written into)."""
-    fd, seen = _walk(str(env.purelib))
+    fd, seen = walk(str(env.purelib))
     try:
         if not stat.S_ISDIR(seen[-1][1].st_mode):
             raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(env.purelib))

@@ -11,6 +11,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,6 +52,17 @@ def installed(job_env: Path) -> Iterator[hook.Environment]:
         yield env
     finally:
         hook.uninstall(env)
+
+
+def agent_cli(*args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+    """`gputui agent ARGS` run as a command, its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "gputui", "agent", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **options,
+    )
 
 
 def probe(argv: list[str], env: dict[str, str]) -> dict:
@@ -122,23 +134,14 @@ def test_a_hook_whose_gputui_is_gone_says_so_and_the_job_runs(
 
 
 def test_the_cli_names_the_python_it_installed_into(installed: hook.Environment, job_env: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "gputui", "agent", "install", "--python", str(job_env)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = agent_cli("install", "--python", str(job_env))
     assert result.returncode == 0, result.stderr
     assert (
         str(installed.hook) in result.stdout
         and str(job_env) in result.stdout
         and "Python 3." in result.stdout
     )
-    status = subprocess.run(
-        [sys.executable, "-m", "gputui", "agent", "status", "--python", str(job_env)],
-        capture_output=True,
-        text=True,
-    )
+    status = agent_cli("status", "--python", str(job_env))
     assert status.stdout.startswith("installed: "), status
 
 
@@ -147,13 +150,7 @@ def test_without_python_it_takes_the_one_on_path_and_says_so(tmp_path: Path, job
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(job_env)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(
-        [sys.executable, "-m", "gputui", "agent", "status"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    result = agent_cli("status", env=env)
     assert result.returncode == 0, result.stderr
     assert str(bin_dir / "python") in result.stdout and "the `python` on PATH" in result.stdout
     assert "--python" in result.stdout
@@ -164,11 +161,7 @@ def test_without_python_it_takes_the_one_on_path_and_says_so(tmp_path: Path, job
     [("/bin/false", "not a Python interpreter"), ("/no/such/python", "cannot run /no/such/python")],
 )
 def test_what_is_not_a_usable_python_is_one_line(python: str, why: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "gputui", "agent", "install", "--python", python],
-        capture_output=True,
-        text=True,
-    )
+    result = agent_cli("install", "--python", python)
     assert result.returncode == 1 and result.stdout == ""
     assert len(result.stderr.splitlines()) == 1 and why in result.stderr, result.stderr
 

@@ -13,15 +13,14 @@ import pwd
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gputui.agent import hook
-from tests.users import NOBODY
+from tests.agent.test_hook import agent_cli
+from tests.users import NOBODY, alice_fixture, top_fixture  # noqa: F401 - the fixtures alice and top
 
 IS_ROOT = os.geteuid() == 0
 NEEDS_ROOT = pytest.mark.skipif(not IS_ROOT, reason="plays another user (chown, setuid): needs root")
@@ -37,17 +36,6 @@ def _no_account() -> int:
         except KeyError:
             return uid
     pytest.skip("no free uid")
-
-
-@pytest.fixture
-def top() -> Iterator[Path]:
-    """A root-owned 0755 directory in /tmp: what every user can reach, like /home."""
-    directory = Path(tempfile.mkdtemp(prefix="gputui-hook-"))
-    directory.chmod(0o755)
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory)
 
 
 def chown_tree(root: Path, uid: int, gid: int | None = None) -> None:
@@ -76,15 +64,6 @@ def fake_python(venv: Path, marker: Path, answer: dict | None = None, *, cfg: bo
 
 def ran_as(marker: Path) -> list[int]:
     return [int(uid) for uid in marker.read_text().split()] if marker.exists() else []
-
-
-@pytest.fixture
-def alice(top: Path) -> Path:
-    """alice's home (nobody's), 0755."""
-    home = top / "alice"
-    home.mkdir(mode=0o755)
-    os.chown(home, NOBODY, NOBODY)
-    return home
 
 
 @pytest.fixture
@@ -155,13 +134,7 @@ def test_a_real_venvs_pth_files_never_run_as_root(alice: Path, tmp_path: Path) -
     )
     chown_tree(alice, NOBODY)
     for action in ("status", "install", "status", "uninstall"):
-        done = subprocess.run(
-            [sys.executable, "-m", "gputui", "agent", action, "--python", str(python)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-        )
+        done = agent_cli(action, "--python", str(python), cwd=tmp_path)
         assert set(ran_as(marker)) == {NOBODY}, f"a .pth of the user's venv ran as root ({action})"
         assert done.returncode == 0, done.stderr
         assert "nobody" in done.stdout, done.stdout
@@ -287,12 +260,7 @@ def test_root_acts_in_a_users_directory_for_no_root_interpreter(top: Path, alice
 def test_the_cli_says_whose_environment_it_acted_in(alice: Path) -> None:
     python = fake_python(alice / "venv", alice / "ran-as")
     chown_tree(alice, NOBODY)
-    done = subprocess.run(
-        [sys.executable, "-m", "gputui", "agent", "install", "--python", str(python)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = agent_cli("install", "--python", str(python))
     assert done.returncode == 0, done.stderr
     assert "nobody" in done.stdout and "installed" in done.stdout
     hook_file = alice / "venv" / "lib" / "python3.11" / "site-packages" / hook.NAME
