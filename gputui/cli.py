@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -365,9 +366,30 @@ def _completion_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=commands.completion)
 
 
+SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
 def _exit_on_signal(signum: int, _frame: object) -> None:
     # SystemExit unwinds through `finally`, so the demo's children and files are cleaned up.
     raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Imports (Textual's above all: a few hundred milliseconds of them as the monitor starts), with a signal
+    that comes meanwhile held and acted on once they are done. Raised in the middle of the import machinery,
+    its SystemExit was lost (in the weakref callback of a module's lock: "Exception ignored", and the monitor
+    started all the same) or became another error (in a class's __set_name__: a RuntimeError, exit 1 with a
+    traceback)."""
+    came: list[int] = []
+    before = {sig: signal.signal(sig, lambda signum, _frame: came.append(signum)) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    if came:
+        raise SystemExit(128 + came[0])
 
 
 def _tolerant_stdout() -> None:
@@ -396,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in SOURCE_DEFAULTS.items():
         if not hasattr(args, name):
             setattr(args, name, value)
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    for sig in SIGNALS:
         # SystemExit unwinds through `finally`: a recording is closed, the demo's children go.
         # (SIGINT too: left to asyncio, one that comes while the app starts would be swallowed.)
         signal.signal(sig, _exit_on_signal)
@@ -441,16 +463,18 @@ def _prefetch_quietly(sampler: Sampler) -> None:
 
 
 def _tui(args: argparse.Namespace) -> int:
-    from gputui.collect.sampler import Sampler
-
-    # Imported whole before anything starts: the `finally` below needs it, and a SIGTERM that came in the
-    # middle of Textual's `import asyncio` would leave asyncio half-imported for it (a NameError).
-    from gputui.ui import hangup
+    # Every import on the way to the first frame, with signals held (_signals_held): a SIGTERM at any moment
+    # of the start-up ends it with 143, never a traceback. hangup is imported whole before anything starts:
+    # the `finally` below needs it (asyncio, half-imported, was a NameError there).
+    with _signals_held():
+        from gputui.collect.sampler import Sampler
+        from gputui.ui import hangup
 
     no_terminal_hint = "; `gputui --once` prints a table, `gputui --json` a snapshot"
     if args.demo and commands.no_terminal("gputui", "the monitor is full-screen", no_terminal_hint):
         return 2
-    sampler = Sampler(commands.make_source(args, watch=True), devices_dir=args.devices_dir)
+    with _signals_held():  # the source's module
+        sampler = Sampler(commands.make_source(args, watch=True), devices_dir=args.devices_dir)
     try:
         if not args.demo:
             sampler.open()  # fail with one clear line before the screen switches
@@ -459,16 +483,17 @@ def _tui(args: argparse.Namespace) -> int:
         # Start the demo's processes and take the first sample while Textual is imported: the first
         # frame comes sooner.
         threading.Thread(target=_prefetch_quietly, args=(sampler,), daemon=True).start()
-        from gputui.ui.app import GpuTuiApp
+        with _signals_held():  # Textual; from app.run() on, the app's own handlers (hangup.guard)
+            from gputui.ui.app import GpuTuiApp
 
-        app = GpuTuiApp(
-            sampler,
-            interval=args.interval,
-            mouse=not args.no_mouse,
-            devices_dir=args.devices_dir,
-            readonly=args.readonly,
-            config_path=args.config or settings.default_path(),
-        )
+            app = GpuTuiApp(
+                sampler,
+                interval=args.interval,
+                mouse=not args.no_mouse,
+                devices_dir=args.devices_dir,
+                readonly=args.readonly,
+                config_path=args.config or settings.default_path(),
+            )
         code = app.run(mouse=not args.no_mouse)
     finally:
         # The terminal is already given back, but the sampler's thread may be stuck in the source, and

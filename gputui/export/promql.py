@@ -51,6 +51,8 @@ MAX_TIME = 1e11  # seconds since 1970 (year 5138): a larger "time" is no time
 MAX_TOKEN_BYTES = 16 * 1024  # a bearer token file: JWTs of a few KiB fit
 MAX_CA_BYTES = 4 * 1024 * 1024  # a CA file: a whole system bundle is ~200 KiB
 _CHUNK = 64 * 1024
+# How a server hangs up: RemoteDisconnected is a ConnectionResetError.
+_HUNG_UP = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 _MIN_SCRUBBED = 4  # secrets this long or longer are blanked out of messages; shorter ones would blank words
 _REDIRECTS = (301, 302, 303, 307, 308)
 
@@ -692,8 +694,7 @@ class Prometheus:
                 # Unredirected: were urllib ever to follow a redirect itself, it would not forward it.
                 request.add_unredirected_header("Authorization", self._auth.header())
             try:
-                with _opener(deadline, self._context).open(request, timeout=deadline.left()) as reply:
-                    body = _read(reply, MAX_ANSWER_BYTES)
+                reply = _opener(deadline, self._context).open(request, timeout=deadline.left())
             except urllib.error.HTTPError as err:
                 try:
                     if err.code not in _REDIRECTS or not err.headers.get("Location"):
@@ -702,6 +703,18 @@ class Prometheus:
                 finally:
                     err.close()  # unread: a redirect's body is of no use, however long
                 continue
+            except OSError as err:
+                # Hung up before any answer. Plain http to a TLS port ends so, in one of three ways as the
+                # timing goes: a clean close (RemoteDisconnected), a reset (the server closed with our
+                # request unread), or a broken pipe (it closed while the request was being sent).
+                if url.startswith("http:") and isinstance(getattr(err, "reason", err), _HUNG_UP):
+                    raise PrometheusError(
+                        f"Prometheus at {self.url} hung up without answering (if it serves https, use an "
+                        "https URL)"
+                    ) from None
+                raise
+            with reply:
+                body = _read(reply, MAX_ANSWER_BYTES)
             if deadline.expired:  # cut short at the deadline, the body may look complete
                 raise TimeoutError
             if body is None:
@@ -754,10 +767,6 @@ class Prometheus:
             )
         if isinstance(reason, ssl.SSLError):  # e.g. WRONG_VERSION_NUMBER: https to a plain http port
             return PrometheusError(f"TLS with Prometheus at {self.url} failed: {_ssl_reason(reason)}")
-        if isinstance(err, http.client.RemoteDisconnected) and self.url.startswith("http:"):
-            return PrometheusError(
-                f"Prometheus at {self.url} hung up without answering (if it serves https, use an https URL)"
-            )
         if isinstance(err, urllib.error.URLError):
             text = getattr(reason, "strerror", None) or str(reason)
             return PrometheusError(f"cannot reach Prometheus at {self.url}: {text}")

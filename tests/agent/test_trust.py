@@ -245,8 +245,10 @@ def test_eight_stopped_agents_cost_one_deadline(tmp_path: Path) -> None:
         assert all(r.ok for r in poller.poll().values()) and len(poller.poll()) == 8
         for p in procs:
             os.kill(p.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10.0
         for p in procs:  # the signal is delivered when the process is next scheduled
             while psutil.Process(p.pid).status() != psutil.STATUS_STOPPED:
+                assert time.monotonic() < deadline, f"pid {p.pid} did not stop"
                 time.sleep(0.01)
         started = time.monotonic()
         stopped = poller.poll()

@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
 import json
 import os
 import socket
 import ssl
 import threading
 import time
+import urllib.error
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
+from gputui.export import promql
 from gputui.export.fleet import FleetReader
 from gputui.export.promql import (
     MAX_ERROR_CHARS,
@@ -332,6 +335,41 @@ def test_plain_http_to_an_https_port_says_to_use_https(https: FakePrometheus) ->
     with pytest.raises(PrometheusError) as err:
         Prometheus(https.url.replace("https://", "http://"), timeout=5).query("up")
     assert message(err).endswith("hung up without answering (if it serves https, use an https URL)")
+
+
+HUNG_UP = {
+    "clean close": http.client.RemoteDisconnected("Remote end closed connection without response"),
+    "reset, reading the answer": ConnectionResetError(104, "Connection reset by peer"),
+    "reset, sending the query": urllib.error.URLError(ConnectionResetError(104, "Connection reset by peer")),
+    "broken pipe, sending the query": urllib.error.URLError(BrokenPipeError(32, "Broken pipe")),
+}
+
+
+class _HangsUp:
+    """An opener whose server hangs up in the given way before it answers."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def open(self, request: object, timeout: float) -> None:
+        raise self.error
+
+
+@pytest.mark.parametrize("how", list(HUNG_UP))
+def test_every_way_a_tls_port_hangs_up_on_plain_http_says_to_use_https(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which of these plain http to a TLS port meets is a matter of timing (the test above met each): the
+    hint is the same for all of them, and only for http."""
+    monkeypatch.setattr(promql, "_opener", lambda deadline, context: _HangsUp(HUNG_UP[how]))
+    with pytest.raises(PrometheusError) as err:
+        Prometheus("http://127.0.0.1:9", timeout=5).query("up")
+    assert message(err) == (
+        "Prometheus at http://127.0.0.1:9 hung up without answering (if it serves https, use an https URL)"
+    )
+    with pytest.raises(PrometheusError) as err:
+        Prometheus("https://127.0.0.1:9", timeout=5).query("up")
+    assert "https URL" not in message(err)
 
 
 def test_https_to_a_plain_http_port_is_a_tls_failure_in_one_line(tls: TlsFiles) -> None:

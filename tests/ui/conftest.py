@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -32,8 +33,10 @@ def make_app(
     return app
 
 
-async def first_frame(pilot, app: GpuTuiApp, frames: int = 1) -> None:  # type: ignore[no-untyped-def]
+async def first_frame(pilot, app: GpuTuiApp, frames: int = 1, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
     while app.frames < frames:
+        assert time.monotonic() < deadline, f"{app.frames} frames of {frames} after {timeout:g} s"
         await pilot.pause(0.02)
     await pilot.pause()
 

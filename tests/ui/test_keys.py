@@ -296,7 +296,9 @@ async def test_g_chooses_a_gpu_and_g_again_shows_all() -> None:
         options = app.screen.query_one(OptionList)
         prompts = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
         assert prompts[0] == "all GPUs" and prompts[3].startswith("GPU 2")
-        while options.highlighted != 3:
+        for _ in range(options.option_count):
+            if options.highlighted == 3:
+                break
             await press(pilot, "down")
         await press(pilot, "enter")
         assert not isinstance(app.screen, GpuChooser)

@@ -440,7 +440,8 @@ async def test_a_child_holding_the_gpu_turns_the_box_on_and_both_end(kids: Kids)
         await cursor_to(pilot, app, parent.pid)
         screen = await open_dialog(pilot, app)
         assert screen.query_one("#children", Checkbox).value  # on: left alone it would keep the GPU
-        assert f"its children: {child.pid}" in " ".join(screen_text(app).split())
+        assert dialog_pids(app) == [parent.pid, child.pid]  # each once: the child in the list, not in a note
+        assert "Send a signal to 2 processes?" in screen_text(app)
         await press(pilot, "y")
         text = await said(pilot, app, f"gone: {child.pid}, {parent.pid}")
         assert _wait_until(lambda: ended(kids, parent) and gone(child), 3.0), text

@@ -87,18 +87,24 @@ async def test_only_the_chosen_signal_draws_a_dot() -> None:
         assert "▐ ▌ SIGTERM" in radios["SIGTERM"] and "▐●▌ SIGKILL" in radios["SIGKILL"]
 
 
-async def test_workers_holding_the_gpu_turn_the_box_on_and_are_named() -> None:
-    app = Host(KillScreen.for_plan(plan_for_trainer()))
+async def test_workers_holding_the_gpu_turn_the_box_on_and_are_listed_and_sent() -> None:
+    plan = plan_for_trainer()
+    app = Host(KillScreen.for_plan(plan))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         box = app.screen.query_one("#children", StateCheckbox)
         assert box.value
         assert "▐X▌ include its children" in "\n".join(drawn(box))
+        assert [line.split()[0] for line in grid_of(app)[1:]] == ["4242", "4243", "4244", "4245"]
         note = " ".join(" ".join(drawn(app.screen.query_one("#children-note"))).split())
-        assert "its children: 4243, 4244, 4245" in note and "hold a GPU" in note
+        assert "its 3 children are in the list above" in note and "hold a GPU" in note
+        assert "4243" not in note  # listed once: in the list
         await pilot.press("y")
         await pilot.pause()
-    assert app.answers == [KillRequest((plan_for_trainer().entries[0].target,), "SIGTERM", True)]
+    # The dialog sends exactly what it listed, children first: nothing is looked for again at send time.
+    family = {e.target.pid: e.target for e in plan.signalled(True)}
+    assert app.answers == [KillRequest(tuple(family[pid] for pid in (4243, 4244, 4245, 4242)), "SIGTERM")]
+    assert not app.answers[0].include_children  # type: ignore[union-attr]
 
 
 async def test_unchecking_the_box_sends_to_the_process_alone() -> None:
@@ -106,10 +112,15 @@ async def test_unchecking_the_box_sends_to_the_process_alone() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.click("#children")
+        await pilot.pause()
+        assert [line.split()[0] for line in grid_of(app)[1:]] == ["4242"]
+        note = " ".join(" ".join(drawn(app.screen.query_one("#children-note"))).split())
+        assert "not included: its 3 children, 4243, 4244, 4245" in note
         await pilot.press("y")
         await pilot.pause()
     (answer,) = app.answers
     assert answer is not None and not answer.include_children
+    assert [t.pid for t in answer.targets] == [TRAINER.pid]
 
 
 # -- keys --------------------------------------------------------------------------------------------
@@ -128,7 +139,7 @@ async def test_a_direct_key_sends_its_signal_at_once(key: str, signal: str) -> N
         assert not isinstance(app.screen, KillScreen)
     (answer,) = app.answers
     assert answer is not None and answer.signal == signal
-    assert [t.pid for t in answer.targets] == [TRAINER.pid] and answer.include_children
+    assert [t.pid for t in answer.targets] == [4243, 4244, 4245, TRAINER.pid] and not answer.include_children
 
 
 async def test_a_second_lowercase_k_does_not_kill() -> None:

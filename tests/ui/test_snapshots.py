@@ -4,8 +4,11 @@ them; look at the SVGs under tests/ui/__snapshots__/ before committing new ones.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from textual.app import App
 from textual.pilot import Pilot
 
 from gputui.ui.screens import DetailScreen
@@ -33,14 +36,39 @@ def _snap(
     app = app or make_app(gpus=gpus, unaccounted=True, workers=workers, **world_options)
 
     async def run_before(pilot: Pilot) -> None:
-        await first_frame(pilot, app)
-        for key in keys:
-            await pilot.press(key)
-            await pilot.pause()
-        for _ in range(3):
-            await pilot.pause(0.05)
+        await press(pilot, app, *keys)
 
     return snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+async def press(pilot: Pilot, app: App[Any], *keys: str) -> None:
+    """The first frame, then `keys`, then what they started is drawn."""
+    await first_frame(pilot, app)
+    for key in keys:
+        await pilot.press(key)
+        await pilot.pause()
+    if isinstance(app.screen, DetailScreen):  # its worker reads /proc: what it read is in the picture
+        await until(pilot, lambda: detail_shown(app), "the detail's worker to show what it read")
+    for _ in range(3):
+        await pilot.pause(0.05)
+
+
+async def until(pilot: Pilot, cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        await pilot.pause(0.02)
+
+
+def detail_shown(app: App[Any]) -> bool:
+    """The detail screen's worker has finished, and so has drawn what it read (call_from_thread returns once
+    the UI ran it): /proc's answer, and py-spy's stacks where it reads them."""
+    screen = app.screen
+    return (
+        isinstance(screen, DetailScreen)
+        and screen.detail is not None
+        and all(w.is_finished for w in app.workers if w.node is screen)
+    )
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=["80x24", "120x40", "200x60"])
@@ -92,6 +120,24 @@ def test_help(snap_compare) -> None:  # type: ignore[no-untyped-def]
 
 def test_detail(snap_compare) -> None:  # type: ignore[no-untyped-def]
     assert _snap(snap_compare, (120, 40), "down", "down", "enter")
+
+
+async def test_the_detail_is_pictured_once_its_worker_has_read_proc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow /proc (a loaded machine): the picture waited a fixed 0.15 s and caught "reading /proc …"."""
+    from gputui.ui import screens
+
+    describe = screens.describe
+
+    def slow(*args: Any) -> Any:
+        time.sleep(0.5)
+        return describe(*args)
+
+    monkeypatch.setattr(screens, "describe", slow)
+    app = make_app(gpus=4, unaccounted=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await press(pilot, app, "down", "down", "enter")
+        assert isinstance(app.screen, DetailScreen) and app.screen.detail is not None
+        assert "reading /proc" not in str(app.screen.body.render())
 
 
 def test_tree(snap_compare) -> None:  # type: ignore[no-untyped-def]
