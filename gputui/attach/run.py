@@ -3,18 +3,10 @@ bootstrap run in the target (gdb, or sys.remote_exec on Python 3.14+), then its 
 
 The bootstrap is one expression that binds no name in the target: it runs gputui_boot.py from the copy,
 which starts the agent exactly as `gputui.agent.start()` does (the target's own gputui if it has one).
-
-Leaving gputui during an attach must never hurt the job: a debugger killed or hung up while the job runs
-its call (PyGILState_Ensure, waiting for a GIL that a long C call holds) leaves the job to return into the
-debugger's dummy frame, and it dies of SIGSEGV. So the debugger runs in a session of its own (no hang-up
-of gputui's terminal, no Ctrl-C typed there reaches it) and writes to a file (gputui's end never gives it
-a SIGPIPE), and `abandon()` (gputui quitting) interrupts it exactly as the timeout does: SIGINT, on which
-gdb unwinds its call (`unwindonsignal`) and detaches as it quits, within GRACE_S.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import re
@@ -22,12 +14,10 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType
 
 import psutil
 
@@ -53,152 +43,20 @@ class Outcome:
     seconds: float | None = None  # how long the debugger held the target (at most: gdb's whole run)
     timed_out: bool = False  # the debugger was interrupted at the timeout (and its call unwound)
     refused: bool = False  # nothing was started: the pid is another process's now
-    abandoned: bool = False  # gputui is quitting: the debugger was interrupted (or never started)
-
-
-# -- attaches under way, and giving them up --------------------------------------------------------------
-
-POLL_S = 0.05  # how often a wait looks whether it was abandoned
-GIL_WAIT_S = 1.0  # once gdb's calls have the GIL (the bootstrap runs), they are let finish this long
-ABANDON_S = GIL_WAIT_S + GRACE_S + 0.5  # the longest abandon() may have to wait for an attach to be done
-GIL_TAKEN = b"gputui-attach: GIL taken"  # what gdb's script says once its calls hold the target's GIL
-# Re-entrant: a signal handler (abandon) may run in the very thread that holds it.
-_lock = threading.RLock()
-_idle = threading.Condition(_lock)
-_local = threading.local()  # the attempt of the attach() running in this thread
-
-
-class _Attempt:
-    """One attach() under way: what abandon() interrupts."""
-
-    def __init__(self) -> None:
-        self.abandoned = False
-        self.debugger: subprocess.Popen[bytes] | None = None
-        self.output: int | None = None  # the file descriptor of the debugger's output
-        self.interrupted_at: float | None = None  # when the debugger was sent its SIGINT
-
-    def got_gil(self) -> bool:
-        """gdb's calls have taken the target's GIL: the bootstrap runs, or has run and the GIL is being given
-        back, the buffer freed, the target detached (milliseconds). Interrupted before the GIL is given
-        back, the interpreter would be left in the middle of Python code with its GIL taken for good (a job
-        that hangs); after, the bootstrap's rc is lost. gdb writes each line out before the target runs on."""
-        if self.output is None:
-            return False
-        with contextlib.suppress(OSError):
-            return GIL_TAKEN in os.pread(self.output, 1 << 16, 0)
-        return False
-
-    def interrupt(self) -> None:
-        """SIGINT to the debugger, once: gdb unwinds the call it is in and detaches as it quits. Not once
-        its calls have the GIL: the attach's own thread lets those finish first (see _interrupt)."""
-        with _lock:
-            proc = self.debugger
-            if proc is None or self.interrupted_at is not None or proc.poll() is not None:
-                return
-            if self.got_gil():
-                return
-            self.interrupted_at = time.monotonic()
-            with contextlib.suppress(OSError):
-                proc.send_signal(signal.SIGINT)
-
-    def abandon(self) -> None:
-        with _lock:
-            self.abandoned = True
-            self.interrupt()
-
-
-_attempts: set[_Attempt] = set()
-
-
-def abandon(wait: float = 0.0) -> bool:
-    """Give up every attach under way in this process (gputui is quitting): a debugger in its call is
-    interrupted at once as at the timeout (its call unwound, the process left running as it was, detached),
-    none is started again, and each attach() returns, its agent's copy removed. Waits up to `wait` seconds
-    for that; whether none is left. Safe in a signal handler with `wait` 0."""
-    with _lock:
-        for attempt in list(_attempts):
-            attempt.abandon()
-        if wait > 0:
-            _idle.wait_for(lambda: not _attempts, wait)
-        return not _attempts
-
-
-def under_way() -> bool:
-    """Whether an attach() is running in this process."""
-    with _lock:
-        return bool(_attempts)
-
-
-# At the interpreter's exit, whoever forgot to: an attach() on a daemon thread would be cut off there, its
-# debugger left in the middle of its call and its agent's copy left behind.
-atexit.register(abandon, ABANDON_S)
-
-
-@contextlib.contextmanager
-def _registered() -> Iterator[_Attempt]:
-    attempt = _Attempt()
-    with _lock:
-        _attempts.add(attempt)
-    _local.attempt = attempt
-    try:
-        with _signals_abandon(attempt):
-            yield attempt
-    finally:
-        _local.attempt = None
-        with _lock:
-            _attempts.discard(attempt)
-            _idle.notify_all()
-
-
-@contextlib.contextmanager
-def _signals_abandon(attempt: _Attempt) -> Iterator[None]:
-    """In the main thread (`gputui attach`): SIGINT, SIGTERM and SIGHUP interrupt the debugger first, then
-    go to the handler there was. The debugger has a session of its own: the Ctrl-C typed in the terminal,
-    or its hang-up, no longer reaches it by itself. A default or ignored signal is left as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous: dict[signal.Signals, Callable[[int, FrameType | None], object]] = {}
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        attempt.abandon()
-        previous[signal.Signals(signum)](signum, frame)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        before = signal.getsignal(sig)
-        if callable(before):
-            previous[sig] = before
-            signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, then in previous.items():
-            signal.signal(sig, then)
-
-
-_ABANDONED_WAITING = (
-    "the bootstrap ran in pid {pid}, and gputui quit before its agent answered (it may run: `a` on its row "
-    "next time)"
-)
 
 
 def attach(pid: int, timeout: float = TIMEOUT_S, create_time: float | None = None) -> Outcome:
     """Start gputui's agent in `pid`; never raises. A second attach finds the agent and does nothing.
     `create_time`: the start time of the process the user chose (read as it was described to them, before
     the question): another process that has since got its pid is refused, checked again just before the
-    debugger starts and said right after it returns. `abandon()` cuts it short (see there)."""
-    with _registered() as attempt:
-        return _attach(pid, timeout, create_time, attempt)
-
-
-def _attach(pid: int, timeout: float, create_time: float | None, attempt: _Attempt) -> Outcome:
+    debugger starts and said right after it returns."""
     plan = check(pid)
     if isinstance(plan, Refusal):
         return Outcome(pid, False, plan.reason)
     if (changed := _replaced(pid, create_time)) is not None:
         return changed
     if plan.already:
-        if answers(pid, 1.0, attempt):
+        if _answers(pid, 1.0):
             return Outcome(pid, True, plan.describe(), already=True)
         if plan.mechanism == "agent":  # and this process may not attach: nothing more to try
             return Outcome(pid, False, f"pid {pid} has an agent socket that does not answer")
@@ -207,24 +65,22 @@ def _attach(pid: int, timeout: float, create_time: float | None, attempt: _Attem
     try:
         with payload(plan.uid) as boot:
             outcome = _run(plan, boot, timeout, create_time)
-            if outcome.timed_out and not attempt.abandoned:
+            if outcome.timed_out:
                 # Stopped at an unlucky instant (inside malloc, whose lock gdb's own call then waits for):
                 # the call was unwound, the process runs on; another instant is almost surely fine.
                 again = _run(plan, boot, timeout, create_time)
                 outcome = (
                     again if again.ok or again.refused else replace(again, message=again.message + " (twice)")
                 )
-            if outcome.refused or attempt.abandoned:
+            if outcome.refused:
                 return outcome
             if (changed := _replaced(pid, create_time, during=True)) is not None:
                 return replace(changed, seconds=outcome.seconds)
             if not outcome.ok:
                 return outcome
             # gdb returns once the agent's socket is made; remote_exec once the script is queued.
-            if answers(pid, max(0.5, deadline - time.monotonic()), attempt):
+            if _answers(pid, max(0.5, deadline - time.monotonic())):
                 return outcome
-            if attempt.abandoned:
-                return replace(outcome, ok=False, abandoned=True, message=_ABANDONED_WAITING.format(pid=pid))
     except OSError as err:
         return Outcome(pid, False, f"cannot prepare the agent's files: {printable(err.strerror or str(err))}")
     return Outcome(
@@ -273,19 +129,16 @@ def start_time(pid: int) -> float | None:
         return None
 
 
-def answers(pid: int, within: float, attempt: _Attempt | None = None) -> bool:
-    """Whether `pid`'s agent answers within `within` seconds, as the monitor asks it (AgentPoller: its socket
-    in a trusted directory, served by that very process and user): a socket file alone proves nothing (an
-    earlier process with this pid left it, or someone made it)."""
+def _answers(pid: int, within: float) -> bool:
     poller = AgentPoller()
     end = time.monotonic() + within
     while True:
         report = poller.report(pid, deadline_s=min(1.0, within))
         if report is not None and report.ok:
             return True
-        if time.monotonic() >= end or (attempt is not None and attempt.abandoned):
+        if time.monotonic() >= end:
             return False
-        time.sleep(POLL_S)
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
@@ -347,11 +200,10 @@ def gdb_script(boot: Path) -> str:
             f"set $gputui_code = (char *) malloc({size})",
             f'set {{char[{size}]}} $gputui_code = "{code}"',
             "set $gputui_gil = (int) PyGILState_Ensure()",
-            f'printf "{GIL_TAKEN.decode()}\\n"',  # written out before the target runs on (_Attempt)
             "set $gputui_rc = (int) PyRun_SimpleString($gputui_code)",
             "call (void) PyGILState_Release($gputui_gil)",
-            'printf "gputui-attach: bootstrap returned %d\\n", $gputui_rc',
             "call (void) free($gputui_code)",
+            'printf "gputui-attach: bootstrap returned %d\\n", $gputui_rc',
             "detach",
             "quit",
         ]
@@ -402,90 +254,35 @@ def run_debugger(plan: Plan, boot: Path, timeout: float) -> Outcome:
             str(script),
         ]
     name = plan.mechanism
-    attempt = getattr(_local, "attempt", None) or _Attempt()
-    # Its output goes to a file, not a pipe: should gputui end first, gdb's last words get no SIGPIPE
-    # (which would kill it in the middle of its call).
-    with tempfile.TemporaryFile() as output:
-        with _lock:  # abandon() either sees it started, or it is not started
-            if attempt.abandoned:
-                return Outcome(plan.pid, False, f"{name} was not started: gputui is quitting", abandoned=True)
-            started = time.monotonic()
-            try:
-                proc = subprocess.Popen(
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # no hang-up of gputui's terminal, no Ctrl-C typed there
-                )
-            except OSError as err:
-                why = printable(err.strerror or str(err))
-                return Outcome(plan.pid, False, f"cannot run {name}: {why}: {GDB_INSTALL}")
-            attempt.debugger, attempt.interrupted_at = proc, None
-            attempt.output = output.fileno() if plan.mechanism != "lldb" else None
-        try:
-            if not _wait(proc, attempt, started + timeout):
-                _interrupt(proc, attempt)
-        except BaseException:  # a signal's SystemExit or KeyboardInterrupt: never leave it mid-call
-            _interrupt(proc, attempt)
-            raise
-        finally:
-            with _lock:  # before its file is closed: abandon() reads it under the lock
-                attempt.debugger = attempt.output = None
-        output.seek(0)
-        out = output.read().decode(errors="replace")
-    seconds = time.monotonic() - started
-    if "gputui-attach: bootstrap returned 0" in out or "$gputui_rc = 0" in out:
-        return Outcome(plan.pid, True, f"attached to pid {plan.pid} with {name}", seconds=seconds)
-    if attempt.interrupted_at is not None and attempt.abandoned:  # (it may have been quick to obey)
-        return Outcome(
-            plan.pid,
-            False,
-            f"{name} was interrupted as gputui quit: its call was unwound and it detached; pid {plan.pid} "
-            "runs on as it was (nothing was attached)",
-            seconds=seconds,
-            abandoned=True,
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-    if attempt.interrupted_at is not None:
+    except OSError as err:
+        why = printable(err.strerror or str(err))
+        return Outcome(plan.pid, False, f"cannot run {name}: {why}: {GDB_INSTALL}")
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)  # the debugger interrupts its call, unwinds it, detaches as it quits
+        try:
+            out, _ = proc.communicate(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # the kernel detaches a dead tracer's tracees
+            out, _ = proc.communicate()
         return Outcome(
             plan.pid,
             False,
             f"{name} did not finish within {timeout:g} s (the target may hold a lock its call needs): "
             f"it was interrupted and detached; pid {plan.pid} runs on as it was",
-            seconds=seconds,
+            seconds=time.monotonic() - started,
             timed_out=True,
         )
+    seconds = time.monotonic() - started
+    if "gputui-attach: bootstrap returned 0" in out or "$gputui_rc = 0" in out:
+        return Outcome(plan.pid, True, f"attached to pid {plan.pid} with {name}", seconds=seconds)
     return Outcome(plan.pid, False, _debugger_failure(plan.pid, name, out), seconds=seconds)
-
-
-def _wait(proc: subprocess.Popen[bytes], attempt: _Attempt, deadline: float) -> bool:
-    """Until the debugger exits (True), or the deadline passes or the attach is abandoned (False)."""
-    while True:
-        try:
-            proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
-            return True
-        except subprocess.TimeoutExpired:
-            pass
-        if attempt.abandoned or time.monotonic() >= deadline:
-            return False
-
-
-def _interrupt(proc: subprocess.Popen[bytes], attempt: _Attempt) -> None:
-    """As at the timeout: SIGINT (the debugger interrupts its call, unwinds it, detaches as it quits), and
-    GRACE_S for that; then SIGKILL (the kernel detaches a dead tracer's tracees). Once its calls have the
-    target's GIL (a bootstrap of milliseconds) they are let finish first, GIL_WAIT_S at most."""
-    end = time.monotonic() + GIL_WAIT_S
-    while attempt.got_gil() and proc.poll() is None and time.monotonic() < end:
-        time.sleep(POLL_S / 5)
-    with _lock:
-        attempt.output = None  # from here on, interrupted wherever it is
-    attempt.interrupt()
-    end = (attempt.interrupted_at or time.monotonic()) + GRACE_S
-    try:
-        proc.wait(timeout=max(0.0, end - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 run_gdb = run_debugger  # the name the tests and the timeout's story use
