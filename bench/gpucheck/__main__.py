@@ -40,6 +40,11 @@ def why_no_gpu() -> str | None:
     """None when a GPU can be checked here; else why not (one line)."""
     if shutil.which("nvidia-smi") is None:
         return "no nvidia-smi on PATH (not an NVIDIA GPU machine)"
+    return why_no_nvml()
+
+
+def why_no_nvml() -> str | None:
+    """None when NVML starts and sees a GPU; else why not (the gpu-marked tests ask this too)."""
     try:
         import pynvml
     except ImportError:

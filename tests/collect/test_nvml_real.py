@@ -5,22 +5,8 @@ from __future__ import annotations
 import pynvml
 import pytest
 
+from bench.gpucheck.__main__ import why_no_nvml as _why_no_gpu
 from gputui.collect.nvml import NvmlSource
-
-
-def _why_no_gpu() -> str | None:
-    """None when NVML starts and sees at least one GPU; otherwise why not."""
-    try:
-        pynvml.nvmlInit()
-    except (pynvml.NVMLError, OSError) as err:
-        return f"NVML unavailable: {err}"
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-    except pynvml.NVMLError as err:
-        return f"NVML cannot count the GPUs: {err}"
-    finally:
-        pynvml.nvmlShutdown()
-    return None if count > 0 else "NVML sees no GPU"
 
 
 @pytest.mark.gpu
