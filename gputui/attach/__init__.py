@@ -4,9 +4,10 @@
 symbol tables of the target's program and libpython (nothing is run or stopped; the doctor asks it too);
 `attach(pid)` does it: Python 3.14 and later through `sys.remote_exec` (PEP 768), run by the target's own
 program when its symbols show it is CPython's own `python`; otherwise through a debugger (gdb, else
-cuda-gdb, else lldb), which takes the GIL with `PyGILState_Ensure`, runs a one-line bootstrap and detaches.
-The bootstrap starts the standard-library agent (the same code as `gputui.agent.start()`): it imports no
-torch and initialises no CUDA.
+cuda-gdb, else lldb), which queues a short bootstrap with `Py_AddPendingCall` and detaches at once: the
+target's main thread runs it at its next bytecode, with its own GIL, traced by nobody. The bootstrap
+starts the standard-library agent (the same code as `gputui.agent.start()`): it imports no torch and
+initialises no CUDA.
 """
 
 from __future__ import annotations

@@ -23,13 +23,13 @@ REMOTE_EXEC_PYTHON = (3, 14)  # sys.remote_exec (PEP 768)
 CAP_SYS_PTRACE = 19
 YAMA = Path("/proc/sys/kernel/yama/ptrace_scope")
 # A Python interpreter's file name: python, python3, python3.11, python3.13t (free-threaded), pypy is not
-# one (no PyGILState_Ensure to call the same way). A name is a hint, never a proof: which Python a process
+# one (no Py_AddPendingCall to call the same way). A name is a hint, never a proof: which Python a process
 # runs, and whether its program is CPython's own (which sys.remote_exec runs), come from the symbols of its
 # files (elf.py); a name says a version only where the symbols cannot (3.10, which has no Py_Version).
 _EXE = re.compile(r"python(?:(\d+)(?:\.(\d+))?[a-z]*)?")
 _LIBPYTHON = re.compile(r"/libpython(\d+)\.(\d+)[a-z]*\.so[^/]*$")
 # What the interpreter's files define: the functions gdb calls, its version, and the command line's main.
-RUNTIME = "PyGILState_Ensure"
+RUNTIME = "Py_AddPendingCall"  # what a debugger calls to queue the bootstrap
 VERSION = "Py_Version"  # PY_VERSION_HEX, since Python 3.11
 COMMAND_LINE = "Py_BytesMain"  # what CPython's own `python` program calls from its main(), and only it
 _SYMBOLS = frozenset({RUNTIME, "PyRun_SimpleString", VERSION, COMMAND_LINE})
@@ -247,7 +247,7 @@ def _interpreter(program: Path, exe: str, maps: Path) -> Interpreter | None:
                 break
     if runtime is None:
         # No file of it that could be read holds an interpreter: a Python only if its name says so, and then
-        # one that only a debugger enters (which finds PyGILState_Ensure or says it cannot).
+        # one that only a debugger enters (which finds Py_AddPendingCall or says it cannot).
         if not named:
             return None
         return Interpreter(_named(named), command_line=False)

@@ -3,10 +3,16 @@ bootstrap run in the target (gdb, or sys.remote_exec on Python 3.14+), then its 
 
 The bootstrap is one expression that binds no name in the target: it runs gputui_boot.py from the copy,
 which starts the agent exactly as `gputui.agent.start()` does (the target's own gputui if it has one).
+
+Leaving gputui during an attach never hurts the job (debugger.py says how a debugger at work is left):
+`abandon()` (gputui quitting; Ctrl-C, SIGTERM or SIGHUP in `gputui attach`) stops a debugger that has not
+taken the job's GIL yet and leaves one that has to finish on its own, and returns at once; the debugger's
+wrapper removes the agent's copy when it ends.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -14,21 +20,27 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 
 import psutil
 
 import gputui
-from gputui.attach.preflight import GDB_INSTALL, Plan, Refusal, check
+from gputui.attach import debugger
+from gputui.attach.debugger import GRACE_S, Session, bootstrap, gdb_script, lldb_commands
+from gputui.attach.preflight import Plan, Refusal, check
 from gputui.collect.agents import AgentPoller
 from gputui.collect.signals import same_start
 from gputui.units import printable
 
+__all__ = ["GRACE_S", "bootstrap", "gdb_script", "lldb_commands"]
+
 TIMEOUT_S = 8.0  # the debugger and the agent's first answer, together
-GRACE_S = 2.0  # after an interrupt, for gdb to unwind its call and detach
+POLL_S = 0.05  # how often a wait looks whether it was abandoned
 AGENT = "agent"  # the package the target needs of gputui: standard library only, all of it copied
 BOOT = "agent/autostart/gputui_boot.py"
 _SAFE_PATH = re.compile(r"/[A-Za-z0-9_./-]+")  # quoted into a gdb command and a Python literal
@@ -41,63 +53,205 @@ class Outcome:
     message: str  # one line
     already: bool = False
     seconds: float | None = None  # how long the debugger held the target (at most: gdb's whole run)
-    timed_out: bool = False  # the debugger was interrupted at the timeout (and its call unwound)
+    timed_out: bool = False  # the debugger was stopped at the timeout, before it took the GIL
     refused: bool = False  # nothing was started: the pid is another process's now
+    abandoned: bool = False  # gputui is quitting: the debugger was stopped (or never started)
+    pending: bool = False  # the debugger is left to finish in the job (its GIL held): the agent may start
+
+
+# -- attaches under way, and giving them up --------------------------------------------------------------
+
+_lock = threading.RLock()  # re-entrant: a signal handler (abandon) may run in the thread that holds it
+_local = threading.local()  # the attempt of the attach() running in this thread
+_copies: set[Path] = set()  # agent copies no debugger's wrapper has taken over: removed at exit
+
+
+class _Attempt:
+    """One attach() under way: what abandon() stops."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.abandoned = False
+        self.session: Session | None = None
+        self.queued = False  # the bootstrap is queued (or run) in the job: its agent's answer is awaited
+
+    def abandon(self) -> str:
+        """Give it up; what became of it, in one line."""
+        with _lock:
+            self.abandoned = True
+            session, pid = self.session, self.pid
+            if self.queued or (session is not None and debugger.queued(session.text())):  # (detaching)
+                return (
+                    f"the bootstrap is queued in pid {pid}: its agent starts when the job's main thread next "
+                    "runs Python code (`a` on its row next time)"
+                )
+            if session is None or session.ended():
+                return f"the attach to pid {pid} was given up (no debugger was at work in it)"
+            name = session.plan.mechanism
+            if session.stop():
+                return (
+                    f"{name} was stopped before it queued the bootstrap in pid {pid}: it detaches, and pid "
+                    f"{pid} runs on as it was (nothing was attached)"
+                )
+            return (
+                f"{name} is left to finish queueing the bootstrap in pid {pid} (a moment): the agent starts "
+                "when the job's main thread next runs Python code, and the job is not harmed"
+            )
+
+
+_attempts: set[_Attempt] = set()
+
+
+def abandon() -> list[str]:
+    """Give up every attach under way in this process (gputui is quitting), without waiting: a debugger
+    that has not taken its target's GIL is interrupted (its call unwound, the process detached, running as
+    it was), one that has is left to finish; nothing is started again. What became of each, one line each.
+    Safe in a signal handler."""
+    with _lock:
+        return [attempt.abandon() for attempt in list(_attempts)]
+
+
+def under_way() -> bool:
+    """Whether an attach() is running in this process."""
+    with _lock:
+        return bool(_attempts)
+
+
+def _at_exit() -> None:
+    """An attach() on a daemon thread is cut off at the interpreter's exit: its debugger is left as
+    abandon() leaves it, and a copy it was still preparing is removed."""
+    abandon()
+    with _lock:
+        for root in list(_copies):
+            shutil.rmtree(root, ignore_errors=True)
+        _copies.clear()
+
+
+atexit.register(_at_exit)
+
+
+@contextlib.contextmanager
+def _registered() -> Iterator[_Attempt]:
+    attempt = _Attempt()
+    with _lock:
+        _attempts.add(attempt)
+    _local.attempt = attempt
+    try:
+        with _signals_abandon(attempt):
+            yield attempt
+    finally:
+        _local.attempt = None
+        with _lock:
+            _attempts.discard(attempt)
+
+
+@contextlib.contextmanager
+def _signals_abandon(attempt: _Attempt) -> Iterator[None]:
+    """In the main thread (`gputui attach`): SIGINT, SIGTERM and SIGHUP abandon the attach first, then go to
+    the handler there was. The debugger has a session of its own: the Ctrl-C typed in the terminal, or its
+    hang-up, no longer reaches it by itself. A default or ignored signal is left as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[signal.Signals, Callable[[int, FrameType | None], object]] = {}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        attempt.abandon()
+        previous[signal.Signals(signum)](signum, frame)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        before = signal.getsignal(sig)
+        if callable(before):
+            previous[sig] = before
+            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, then in previous.items():
+            signal.signal(sig, then)
+
+
+# -- attach ---------------------------------------------------------------------------------------------
 
 
 def attach(pid: int, timeout: float = TIMEOUT_S, create_time: float | None = None) -> Outcome:
     """Start gputui's agent in `pid`; never raises. A second attach finds the agent and does nothing.
     `create_time`: the start time of the process the user chose (read as it was described to them, before
     the question): another process that has since got its pid is refused, checked again just before the
-    debugger starts and said right after it returns."""
+    debugger starts and said right after it returns. `abandon()` cuts it short (see there)."""
+    with _registered() as attempt:
+        return _attach(pid, timeout, create_time, attempt)
+
+
+def _attach(pid: int, timeout: float, create_time: float | None, attempt: _Attempt) -> Outcome:
+    attempt.pid = pid
     plan = check(pid)
     if isinstance(plan, Refusal):
         return Outcome(pid, False, plan.reason)
     if (changed := _replaced(pid, create_time)) is not None:
         return changed
     if plan.already:
-        if _answers(pid, 1.0):
+        if answers(pid, 1.0, attempt):
             return Outcome(pid, True, plan.describe(), already=True)
         if plan.mechanism == "agent":  # and this process may not attach: nothing more to try
             return Outcome(pid, False, f"pid {pid} has an agent socket that does not answer")
-        # A socket an earlier process with this pid left: attach, and the new agent takes its place.
+        # A socket an earlier process with this pid left (or anyone of its user made): attach, and the
+        # new agent takes its place.
+    outcome = _once(plan, timeout, create_time, attempt)
+    if outcome.timed_out and not attempt.abandoned:
+        # Stopped at an unlucky instant (inside malloc, whose lock gdb's own call then waits for): the
+        # call was unwound, the process runs on; another instant is almost surely fine.
+        again = _once(plan, timeout, create_time, attempt)
+        fine = again.ok or again.refused or again.pending or again.abandoned
+        outcome = again if fine else replace(again, message=again.message + " (twice)")
+    return outcome
+
+
+_ABANDONED_WAITING = (
+    "the bootstrap is queued in pid {pid}, and gputui quit before its agent answered (it starts when the "
+    "job's main thread next runs Python code: `a` on its row next time)"
+)
+_QUEUED_WAITING = (
+    "the bootstrap is queued in pid {pid}, but its main thread has not run it within {t:g} s (it is inside "
+    "a long call, or waits): the agent starts when it next runs Python code, and its ◆ shows then"
+)
+
+
+def _once(plan: Plan, timeout: float, create_time: float | None, attempt: _Attempt) -> Outcome:
+    """One try, with a copy of the agent of its own (a debugger's wrapper removes it when it ends)."""
+    pid = plan.pid
     deadline = time.monotonic() + timeout
+    if (changed := _replaced(pid, create_time)) is not None:
+        return changed
     try:
         with payload(plan.uid) as boot:
-            outcome = _run(plan, boot, timeout, create_time)
-            if outcome.timed_out:
-                # Stopped at an unlucky instant (inside malloc, whose lock gdb's own call then waits for):
-                # the call was unwound, the process runs on; another instant is almost surely fine.
-                again = _run(plan, boot, timeout, create_time)
-                outcome = (
-                    again if again.ok or again.refused else replace(again, message=again.message + " (twice)")
-                )
-            if outcome.refused:
+            if plan.mechanism == "remote_exec":
+                outcome = run_remote_exec(plan, boot, timeout)
+            else:
+                outcome = run_debugger(plan, boot, timeout)
+            if outcome.refused or outcome.abandoned or outcome.pending:
                 return outcome
             if (changed := _replaced(pid, create_time, during=True)) is not None:
                 return replace(changed, seconds=outcome.seconds)
             if not outcome.ok:
                 return outcome
+            attempt.queued = True
             # gdb returns once the agent's socket is made; remote_exec once the script is queued.
-            if _answers(pid, max(0.5, deadline - time.monotonic())):
+            if answers(pid, max(0.5, deadline - time.monotonic()), attempt):
                 return outcome
+            if attempt.abandoned:
+                return replace(outcome, ok=False, abandoned=True, message=_ABANDONED_WAITING.format(pid=pid))
+            if plan.mechanism != "remote_exec":
+                waiting = _QUEUED_WAITING.format(pid=pid, t=timeout)
+                return replace(outcome, ok=False, pending=True, message=waiting)
     except OSError as err:
         return Outcome(pid, False, f"cannot prepare the agent's files: {printable(err.strerror or str(err))}")
     return Outcome(
         pid,
         False,
-        f"the bootstrap ran in pid {pid} but its agent did not answer within {timeout:g} s "
+        f"the bootstrap was queued in pid {pid} but its agent did not answer within {timeout:g} s "
         "(its stderr says why; a Python started with -I or without a writable /tmp?)",
     )
-
-
-def _run(plan: Plan, boot: Path, timeout: float, create_time: float | None) -> Outcome:
-    """The debugger or sys.remote_exec, once; not started when the pid is another process's now."""
-    if (changed := _replaced(plan.pid, create_time)) is not None:
-        return changed
-    if plan.mechanism == "remote_exec":
-        return run_remote_exec(plan, boot, timeout)
-    return run_debugger(plan, boot, timeout)
 
 
 def _replaced(pid: int, create_time: float | None, during: bool = False) -> Outcome | None:
@@ -129,25 +283,30 @@ def start_time(pid: int) -> float | None:
         return None
 
 
-def _answers(pid: int, within: float) -> bool:
+def answers(pid: int, within: float, attempt: _Attempt | None = None) -> bool:
+    """Whether `pid`'s agent answers within `within` seconds, as the monitor asks it (AgentPoller: its socket
+    in a trusted directory, served by that very process and user): a socket file alone proves nothing (an
+    earlier process with this pid left it, or someone made it)."""
     poller = AgentPoller()
     end = time.monotonic() + within
     while True:
         report = poller.report(pid, deadline_s=min(1.0, within))
         if report is not None and report.ok:
             return True
-        if time.monotonic() >= end:
+        if time.monotonic() >= end or (attempt is not None and attempt.abandoned):
             return False
-        time.sleep(0.05)
+        time.sleep(POLL_S)
 
 
 @contextlib.contextmanager
 def payload(uid: int) -> Iterator[Path]:
     """A fresh copy of the agent in a new directory that only this user (the target's, or root) can write,
-    readable by the target; removed afterwards (the target has imported what it needs by then). Yields
-    the boot file's path."""
+    readable by the target; removed afterwards (the target has imported what it needs by then), or by the
+    wrapper of a debugger started on it, when the debugger ends. Yields the boot file's path."""
     source = Path(gputui.__file__).parent
     root = Path(tempfile.mkdtemp(prefix="gputui-attach-"))
+    with _lock:
+        _copies.add(root)
     try:
         for name in agent_files(source):
             dest = root / "gputui" / name
@@ -161,7 +320,11 @@ def payload(uid: int) -> Iterator[Path]:
             raise OSError(f"the temporary directory {printable(str(root))!r} has characters gdb cannot quote")
         yield boot
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        with _lock:
+            ours = root in _copies
+            _copies.discard(root)
+        if ours:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def agent_files(source: Path) -> list[str]:
@@ -172,139 +335,81 @@ def agent_files(source: Path) -> list[str]:
     return ["__init__.py", *sorted(p.as_posix() for p in modules if "__pycache__" not in p.parts)]
 
 
-def bootstrap(boot: Path) -> str:
-    """The one expression the target runs: no name is bound in its __main__."""
-    return f"__import__('runpy').run_path('{boot}', run_name='gputui_attach')"
-
-
-# -- gdb and lldb -----------------------------------------------------------------------------------
-#
-# The order matters. The bootstrap's text goes into the target before the GIL is taken: its buffer comes
-# from the target's malloc (the one call that could wait on a lock the stopped process holds; interrupted,
-# it is unwound and nothing else was done) and is filled by the debugger's own memory write. Only then is
-# the GIL taken, the text run, the GIL given back and the buffer freed.
-
-
-def gdb_script(boot: Path) -> str:
-    """A command that fails ends the script (gdb detaches as it quits); `unwindonsignal` undoes a call that
-    an interrupt cut short, so the target is left as it was."""
-    code = bootstrap(boot)
-    size = len(code.encode()) + 1
-    return "\n".join(
-        [
-            "set pagination off",
-            "set confirm off",
-            "set unwindonsignal on",
-            "sharedlibrary libc",  # malloc and free
-            "sharedlibrary libpython",  # a Python built as a shared library
-            f"set $gputui_code = (char *) malloc({size})",
-            f'set {{char[{size}]}} $gputui_code = "{code}"',
-            "set $gputui_gil = (int) PyGILState_Ensure()",
-            "set $gputui_rc = (int) PyRun_SimpleString($gputui_code)",
-            "call (void) PyGILState_Release($gputui_gil)",
-            "call (void) free($gputui_code)",
-            'printf "gputui-attach: bootstrap returned %d\\n", $gputui_rc',
-            "detach",
-            "quit",
-        ]
-    )
-
-
-def lldb_commands(boot: Path, timeout: float) -> list[str]:
-    """The same steps for lldb: each expression unwinds on an error or at its timeout (`-u true -t`), and
-    functions are called through pointer casts so that a Python without debug information works too."""
-    code = bootstrap(boot)
-    size = len(code.encode()) + 1
-    us = max(1, int(timeout * 1e6 / 2))
-    expr = f"expr -u true -t {us} --"
-    return [
-        f"{expr} char *$gputui_code = (char *) ((void *(*)(unsigned long)) malloc)({size})",
-        f"memory write -i {boot.parent / 'bootstrap.txt'} $gputui_code",  # with its NUL (run_debugger)
-        f"{expr} int $gputui_gil = ((int (*)(void)) PyGILState_Ensure)()",
-        f"{expr} int $gputui_rc = ((int (*)(const char *)) PyRun_SimpleString)($gputui_code)",
-        f"{expr} ((void (*)(int)) PyGILState_Release)($gputui_gil)",
-        f"{expr} ((void (*)(void *)) free)($gputui_code)",
-        "expr -- $gputui_rc",
-        "process detach",
-    ]
+# -- gdb and lldb (debugger.py) ---------------------------------------------------------------------
 
 
 def run_debugger(plan: Plan, boot: Path, timeout: float) -> Outcome:
-    if plan.mechanism == "lldb":
-        (boot.parent / "bootstrap.txt").write_bytes(bootstrap(boot).encode() + b"\0")
-        command = [plan.tool, "--batch", "--no-lldbinit"]
-        command += ["-O", "settings set target.load-script-from-symbol-file false", "-p", str(plan.pid)]
-        for line in lldb_commands(boot, timeout):
-            command += ["-o", line]
-    else:
-        script = boot.parent / "attach.gdb"
-        script.write_text(gdb_script(boot) + "\n")
-        command = [
-            plan.tool,
-            "--batch",
-            "-nx",  # no ~/.gdbinit: gputui may be root, the init file another user's
-            "-q",
-            "-iex",
-            "set auto-load off",  # nor the target's libraries' gdb scripts
-            "-iex",
-            "set auto-solib-add off",  # libtorch's symbols would take gdb seconds to read
-            "-p",
-            str(plan.pid),
-            "-x",
-            str(script),
-        ]
+    """The debugger, once, on the copy at `boot`: until it has ended, or the timeout or abandon() stops
+    it. One that cannot be stopped any more (queueing the bootstrap, or lldb) is left to finish: `pending`.
+    Its janitor keeps the copy for the job, then removes it."""
+    attempt: _Attempt = getattr(_local, "attempt", None) or _Attempt()
     name = plan.mechanism
-    started = time.monotonic()
+    with _lock:  # abandon() either sees it started, or it is not started
+        if attempt.abandoned:
+            return Outcome(plan.pid, False, f"{name} was not started: gputui is quitting", abandoned=True)
+        session = debugger.start(plan, boot, timeout)
+        if isinstance(session, str):
+            return Outcome(plan.pid, False, session)
+        _copies.discard(session.root)  # the janitor's to remove now
+        attempt.session = session
     try:
-        proc = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-    except OSError as err:
-        why = printable(err.strerror or str(err))
-        return Outcome(plan.pid, False, f"cannot run {name}: {why}: {GDB_INSTALL}")
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)  # the debugger interrupts its call, unwinds it, detaches as it quits
-        try:
-            out, _ = proc.communicate(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()  # the kernel detaches a dead tracer's tracees
-            out, _ = proc.communicate()
+        if not _wait(session, attempt, session.started + timeout) and session.stop():
+            _wait(session, None, time.monotonic() + GRACE_S)  # unwinding its malloc, detaching
+    except BaseException:  # a signal's SystemExit or KeyboardInterrupt: left as abandon() leaves it
+        session.stop()
+        raise
+    finally:
+        with _lock:
+            attempt.session = None
+    out = session.text()
+    session.output.close()
+    seconds = time.monotonic() - session.started
+    pid = plan.pid
+    if debugger.queued(out):
+        return Outcome(pid, True, f"attached to pid {pid} with {name}", seconds=seconds)
+    if not session.ended() and not session.stopped:
         return Outcome(
-            plan.pid,
+            pid,
             False,
-            f"{name} did not finish within {timeout:g} s (the target may hold a lock its call needs): "
-            f"it was interrupted and detached; pid {plan.pid} runs on as it was",
-            seconds=time.monotonic() - started,
+            f"{name} is still at work in pid {pid}: it is left to finish on its own (never interrupted "
+            "while it queues the bootstrap), and the agent starts when it is done; the job is not harmed",
+            seconds=seconds,
+            abandoned=attempt.abandoned,
+            pending=True,
+        )
+    if session.stopped and attempt.abandoned:
+        return Outcome(
+            pid,
+            False,
+            f"{name} was stopped as gputui quit, before it queued the bootstrap: it detached, and pid {pid} "
+            "runs on as it was (nothing was attached)",
+            seconds=seconds,
+            abandoned=True,
+        )
+    if session.stopped:
+        return Outcome(
+            pid,
+            False,
+            f"{name} did not finish within {timeout:g} s (the target may hold a lock its call needs): it was "
+            f"stopped before it queued the bootstrap, and detached; pid {pid} runs on as it was",
+            seconds=seconds,
             timed_out=True,
         )
-    seconds = time.monotonic() - started
-    if "gputui-attach: bootstrap returned 0" in out or "$gputui_rc = 0" in out:
-        return Outcome(plan.pid, True, f"attached to pid {plan.pid} with {name}", seconds=seconds)
-    return Outcome(plan.pid, False, _debugger_failure(plan.pid, name, out), seconds=seconds)
+    return Outcome(pid, False, debugger.failure(pid, name, out), seconds=seconds)
 
 
 run_gdb = run_debugger  # the name the tests and the timeout's story use
 
 
-def _debugger_failure(pid: int, name: str, out: str) -> str:
-    """The debugger's complaint, in one line with the fix."""
-    text = out.lower()
-    if "operation not permitted" in text:
-        return (
-            f"the kernel refused to let {name} attach to pid {pid} (ptrace: operation not permitted): run as "
-            "root, or check kernel.yama.ptrace_scope and the container's CAP_SYS_PTRACE"
-        )
-    if "pygilstate_ensure" in text and ("no symbol" in text or "undeclared" in text):
-        return (
-            f"pid {pid}'s Python has no PyGILState_Ensure symbol {name} can find (a Python built without the "
-            "symbols a debugger needs, or statically linked without exporting them)"
-        )
-    if "bootstrap returned" in text or "$gputui_rc" in text:
-        return f"the bootstrap failed in pid {pid} (its stderr says why)"
-    last = [line for line in out.splitlines() if line.strip()][-1:] or ["no output"]
-    return f"{name} could not attach to pid {pid}: {printable(last[0])[:160]}"
+def _wait(session: Session, attempt: _Attempt | None, deadline: float) -> bool:
+    """Until the debugger has ended (True), or the deadline passes or the attach is abandoned."""
+    while True:
+        if session.ended():
+            return True
+        if (attempt is not None and attempt.abandoned) or time.monotonic() >= deadline:
+            return False
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            session.proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
 
 
 # -- sys.remote_exec (Python 3.14+) ------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
@@ -50,7 +51,7 @@ from gputui.units import printable
 # The modal screens (help, detail, kill, allocator, events, doctor) are imported when first opened:
 # together they added about 0.1 s to every start, before the first frame.
 if TYPE_CHECKING:
-    from gputui.attach import Outcome
+    from gputui.attach import Outcome, Plan
     from gputui.ui.kill import KillRequest
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -243,6 +244,8 @@ class GpuTuiApp(BaseApp):
         self.tagged: set[str] = set()  # row keys
         self.escalation: tuple[Target, ...] = ()  # signalled, still alive after 5 s
         self._attaching: int | None = None  # the pid an attach is under way for
+        self._abandoned: list[str] = []  # what quitting did to the attach under way, said after the app
+        self._asking: int | None = None  # the pid whose agent socket is being asked whether it answers
         self._awaiting: tuple[int, Timer] | None = None  # attached: its panel opens when its agent shows
         self._row_styles: dict[str, Style] = {}
         self._failing: tuple[str, int] | None = None  # (the sampler's error, failed ticks in a row)
@@ -286,9 +289,6 @@ class GpuTuiApp(BaseApp):
         self.table.hidden = frozenset(self.settings.hidden_columns)
         self.table.focus()
         self._sample_loop()
-
-    def close_source(self) -> None:
-        self.sampler.close()
 
     def apply_palette(self, palette: Palette) -> None:
         for canvas in (self.header, self.panes, self.status):
@@ -600,15 +600,41 @@ class GpuTuiApp(BaseApp):
         if isinstance(plan, attaching.Refusal):
             self.say(f"{row.pid} runs no gputui agent and cannot be attached: {plan.reason}", "warning")
             return
-        if plan.already:  # its socket is there, the next polls find it (root lists new users' dirs slowly)
-            self._expect_agent(row.pid, plan.uid)
-            self.say(f"{row.pid}'s gputui agent is listening: its allocator panel opens when it answers")
-            return
-        from gputui.ui.attach_dialog import AttachScreen
-
         process = row.process
         command = process.command or process.name or ""
-        pid, started, uid = row.pid, row.create_time, plan.uid
+        if plan.already:  # its socket is there: an agent listens only if it answers (a socket file alone
+            # may be an earlier process's with this pid, or anyone's of that user): a worker asks it
+            if self._asking != row.pid:
+                self._asking = row.pid
+                self._ask_agent(row.pid, row.create_time, plan, command)
+            return
+        self._confirm_attach(row.pid, row.create_time, plan, command)
+
+    @work(thread=True, group="attach", exit_on_error=False)
+    def _ask_agent(self, pid: int, started: float | None, plan: Plan, command: str) -> None:
+        from gputui.attach import run
+
+        try:
+            answers = run.answers(pid, 1.0)  # as attach() and the sampler's poller ask it (SO_PEERCRED)
+        except Exception:  # never raises; a bug in it is "does not answer", and attach() asks again
+            answers = False
+        with contextlib.suppress(RuntimeError):  # the app closed meanwhile
+            self.call_from_thread(self._agent_asked, pid, started, plan, command, answers)
+
+    def _agent_asked(self, pid: int, started: float | None, plan: Plan, command: str, answers: bool) -> None:
+        self._asking = None
+        if answers:  # the next polls find it (root lists new users' directories slowly)
+            self._expect_agent(pid, plan.uid)
+            self.say(f"{pid}'s gputui agent is listening: its allocator panel opens when it answers")
+        elif plan.mechanism == "agent":  # its socket, and no way to attach here (check() said why not)
+            self.say(f"{pid} has a gputui agent socket that does not answer, and cannot be attached", "error")
+        else:  # as if there were none: attach, and the new agent takes the socket's place
+            self._confirm_attach(pid, started, replace(plan, already=False), command)
+
+    def _confirm_attach(self, pid: int, started: float | None, plan: Plan, command: str) -> None:
+        from gputui.ui.attach_dialog import AttachScreen
+
+        uid = plan.uid
 
         def confirmed(yes: bool | None) -> None:
             if yes:
@@ -629,6 +655,8 @@ class GpuTuiApp(BaseApp):
             changed = attach_dialog.another_process(pid, started)
             if changed is not None:  # the dialog stayed open while the job ended and its pid was reused
                 outcome = attaching.Outcome(pid, False, f"pid {pid} {changed}: nothing was attached")
+            elif self._stop.is_set():  # quit came first: no debugger is started on the way out
+                outcome = attaching.Outcome(pid, False, "gputui quit: nothing was attached", abandoned=True)
             else:
                 outcome = attaching.attach(pid, create_time=started)
         except Exception as err:  # attach() never raises; a bug in it is one line, not a crash
@@ -638,8 +666,47 @@ class GpuTuiApp(BaseApp):
         with contextlib.suppress(RuntimeError):  # the app closed meanwhile
             self.call_from_thread(self._attached, outcome, uid)
 
+    # -- quitting during an attach: the job lives on -------------------------------------------------
+    #
+    # Every way out (q, F10, Ctrl+C, SIGTERM, SIGHUP, the terminal gone) gives the attach up at once
+    # (gputui.attach.run.abandon: a debugger before the job's GIL is interrupted, one inside the GIL's calls
+    # is left to finish; its wrapper removes the agent's copy) and says so once the terminal is back.
+
+    async def action_quit(self) -> None:
+        self._abandon_attach()
+        await super().action_quit()
+
+    def on_signal(self, sig: int) -> None:
+        self._abandon_attach()
+        super().on_signal(sig)
+
+    def close_source(self) -> None:
+        self._abandon_attach()  # a forced exit (the terminal hung)
+        self.sampler.close()
+
+    async def run_async(self, **kwargs: Any) -> int:
+        try:
+            return await super().run_async(**kwargs)
+        finally:
+            self._abandon_attach()
+            for line in self._abandoned:  # the terminal is given back by now
+                with contextlib.suppress(OSError, ValueError):  # no terminal any more
+                    print(f"gputui: {line}", file=sys.stderr)
+            self._abandoned = []
+
+    def _abandon_attach(self) -> None:
+        if self._attaching is not None:
+            from gputui.attach import run
+
+            self._abandoned += run.abandon()
+            self._attaching = None
+
     def _attached(self, outcome: Outcome, uid: int) -> None:
         self._attaching = None
+        if outcome.pending:  # its debugger finishes on its own: the agent may yet come
+            self._expect_agent(outcome.pid, uid)
+            self.say(outcome.message, "warning")
+            return
         if not outcome.ok:
             self.say(outcome.message, "error")
             return

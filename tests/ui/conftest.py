@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,25 @@ async def first_frame(pilot, app: GpuTuiApp, frames: int = 1, timeout: float = 2
         assert time.monotonic() < deadline, f"{app.frames} frames of {frames} after {timeout:g} s"
         await pilot.pause(0.02)
     await pilot.pause()
+
+
+async def until(pilot, cond: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
+    """Until `cond()` is true; fails after `timeout` seconds, never hangs."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what or cond}"
+        await pilot.pause(0.02)
+
+
+async def move_to(pilot, app: GpuTuiApp, key: str) -> None:  # type: ignore[no-untyped-def]
+    """Down the table to the row `key`, one press per row at most: a row that is not there fails the
+    test instead of pressing `down` at the last row for ever."""
+    for _ in range(len(app.table.rows) + 1):
+        if app.table.current is not None and app.table.current.key == key:
+            return
+        await pilot.press("down")
+        await pilot.pause()
+    raise AssertionError(f"no row {key!r} among {[row.key for row in app.table.rows]}")
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,9 +48,12 @@ DONE = {
 class ProfilingPoller:
     """An agent that records: waiting, 7 of 20 steps, then done (or whatever `statuses` says)."""
 
-    def __init__(self, statuses: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, statuses: list[dict[str, Any]], hold: Callable[[dict[str, Any]], bool] | None = None
+    ) -> None:
         self.calls: list[tuple[int, str, dict[str, Any]]] = []
         self.statuses = statuses
+        self.hold = hold  # a status it keeps answering while this says so (until a test has seen it)
 
     def poll(self) -> dict[int, Any]:
         return {}
@@ -57,7 +61,9 @@ class ProfilingPoller:
     def act(self, pid: int, op: str, **params: Any) -> dict[str, Any]:
         self.calls.append((pid, op, params))
         if op == "profile_status":
-            status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+            status = self.statuses[0]
+            if len(self.statuses) > 1 and not (self.hold is not None and self.hold(status)):
+                self.statuses.pop(0)
             return {"ok": True, "message": "", "profile": parse_status(status)}
         return {"ok": True, "message": "recording the next 20 steps (at most 60 s)"}
 
@@ -85,7 +91,11 @@ def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_p_twice_profiles_and_shows_progress_then_the_verdict() -> None:
     recording = {"state": "recording", "steps": 20, "steps_done": 7, "elapsed_s": 0.7}
-    poller = ProfilingPoller([{"state": "waiting", "steps": 20, "steps_done": 0}, recording, recording, DONE])
+    shown = threading.Event()  # the progress was on screen: the agent may finish (however slow the machine)
+    waiting = {"state": "waiting", "steps": 20, "steps_done": 0}
+    poller = ProfilingPoller(
+        [waiting, recording, DONE], hold=lambda status: status is recording and not shown.is_set()
+    )
     seen: list[str] = []
     app = _app(poller)
     async with app.run_test(size=(120, 50)) as pilot:
@@ -101,6 +111,8 @@ async def test_p_twice_profiles_and_shows_progress_then_the_verdict() -> None:
 
         def progressed() -> bool:
             seen.append(_text(screen))
+            if "profiling: 7/20 steps …" in seen[-1]:
+                shown.set()
             return screen.profile is not None and screen.profile.state == "done"
 
         await _until(pilot, progressed)

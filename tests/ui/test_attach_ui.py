@@ -10,8 +10,10 @@ import dataclasses
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +25,9 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 import gputui.attach
+from gputui.agent import protocol
 from gputui.attach import Outcome, Plan, Refusal
+from gputui.attach import run as attach_run
 from gputui.collect.agent_reply import parse
 from gputui.collect.agents import AgentPoller
 from gputui.collect.replay import ReplaySampler
@@ -278,6 +282,121 @@ async def test_no_panel_over_another_screen_and_none_after_the_wait(
         assert len(app.screen_stack) == 1
 
 
+# -- a socket is there already -------------------------------------------------------------------------
+#
+# check() says `already` when a file has the agent's socket name: an earlier process with this pid left it,
+# or someone made it. Only an agent that answers, as the monitor asks it (the peer is that very process and
+# user), is "listening"; else it is as if there were none: the dialog, then the attach.
+
+
+def _answering(monkeypatch: pytest.MonkeyPatch, answer: bool) -> list[int]:
+    asked: list[int] = []
+
+    def answers(pid: int, within: float, attempt: object = None) -> bool:
+        asked.append(pid)
+        return answer
+
+    monkeypatch.setattr(attach_run, "answers", answers)
+    return asked
+
+
+async def test_a_socket_whose_agent_answers_is_listening(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fakes.plan = dataclasses.replace(PLAN, already=True)
+    asked = _answering(monkeypatch, True)
+    app = _app(fakes)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await first_frame(pilot, app)
+        await pilot.press("a")
+        await until(pilot, lambda: "agent is listening" in status(app))
+        assert asked == [PID] and fakes.expected == [UID]
+        assert len(app.screen_stack) == 1 and fakes.attached == []
+
+
+async def test_a_socket_that_does_not_answer_is_as_if_there_were_none(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fakes.plan = dataclasses.replace(PLAN, already=True)
+    asked = _answering(monkeypatch, False)
+    app = _app(fakes)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await first_frame(pilot, app)
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, AttachScreen))
+        assert asked == [PID] and "listening" not in status(app) and fakes.expected == []
+        flat = " ".join(dialog_text(app).split())
+        assert " ".join(PLAN.describe().split()) in flat  # what will happen: an attach, not "nothing to do"
+        await pilot.press("a")
+        await until(pilot, lambda: "opens when its agent answers" in status(app))
+        assert fakes.attached == [PID]
+
+
+async def test_a_socket_that_does_not_answer_where_no_attach_is_possible(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fakes.plan = Plan(PID, UID, "alice", "/usr/bin/python3.11", (3, 11), "agent", "", already=True)
+    _answering(monkeypatch, False)
+    app = _app(fakes)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await first_frame(pilot, app)
+        await pilot.press("a")
+        await until(pilot, lambda: "does not answer" in status(app))
+        assert "listening" not in status(app) and app.status.severity == "error"
+        assert len(app.screen_stack) == 1 and fakes.attached == [] and fakes.expected == []
+
+
+# -- quitting during an attach ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["q", "ctrl+c"])
+async def test_quitting_during_an_attach_abandons_it_at_once(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """The attach is given up as the key is pressed (tests/ui/test_quit_attach.py: the real one)."""
+    release = threading.Event()
+    abandoned: list[float] = []
+
+    def stuck_attach(pid: int, timeout: float = 8.0, create_time: float | None = None) -> Outcome:
+        release.wait(10)
+        return Outcome(pid, False, "interrupted", abandoned=True)
+
+    def abandon() -> list[str]:
+        abandoned.append(time.monotonic())
+        release.set()
+        return ["what became of it"]
+
+    monkeypatch.setattr(gputui.attach, "attach", stuck_attach)
+    monkeypatch.setattr(attach_run, "abandon", abandon)
+    app = _app(fakes)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await _open_dialog(pilot, app)
+        await pilot.press("a")
+        await until(pilot, lambda: "attaching to pid" in status(app))
+        assert abandoned == []
+        await pilot.press(key)
+        await until(pilot, lambda: len(abandoned) == 1)  # at once, and once
+    release.set()
+    assert app._abandoned == ["what became of it"]  # said once the terminal is back (run_async)
+
+
+async def test_quitting_without_an_attach_abandons_nothing(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    abandoned: list[float] = []
+
+    def abandon() -> list[str]:
+        abandoned.append(0.0)
+        return []
+
+    monkeypatch.setattr(attach_run, "abandon", abandon)
+    app = _app(fakes)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await first_frame(pilot, app)
+        await pilot.press("q")
+    assert abandoned == []
+
+
 # -- the real thing ------------------------------------------------------------------------------------
 
 
@@ -334,3 +453,48 @@ async def test_real_attach_to_a_running_python(python_child: subprocess.Popen[by
         assert f"attached to pid {pid}" in status(app)
         assert app.table.current is not None and app.table.current.cells[1].plain == f"◆{pid}"
     assert python_child.poll() is None  # the loop keeps running
+
+
+@pytest.mark.skipif(os.getuid() != 0 or shutil.which("gdb") is None, reason="needs root and gdb")
+async def test_a_socket_made_for_a_process_without_an_agent_is_not_its_agent(
+    python_child: subprocess.Popen[bytes],
+) -> None:
+    """Someone made (and listens on) the socket a Python without an agent would have: `a` said "its agent is
+    listening" and attached nothing. Now the socket is asked, its listener is not that process, and the
+    dialog offers the attach."""
+    import psutil
+
+    pid = python_child.pid
+    time.sleep(0.2)
+    started = psutil.Process(pid).create_time()
+    snaps = [
+        dataclasses.replace(
+            s,
+            processes=tuple(
+                dataclasses.replace(p, pid=pid, create_time=started) if p.pid == PID else p
+                for p in s.processes
+            ),
+        )
+        for s in world.snapshots(gpus=2, seconds=20, weird=False)
+    ]
+    sampler = LiveAgents(snaps, devices_dir=Path("/nonexistent"))
+    sampler.agents = AgentPoller()
+    path = protocol.socket_path(pid, protocol.private_dir())
+    impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    impostor.bind(str(path))
+    impostor.listen(4)  # connections are taken (the backlog); the peer is this test, not pid
+    try:
+        plan = gputui.attach.check(pid)
+        assert isinstance(plan, Plan) and plan.already and plan.mechanism == "gdb", plan
+        app = GpuTuiApp(sampler, interval=30.0, devices_dir=Path("/nonexistent"))
+        async with app.run_test(size=(160, 40)) as pilot:
+            await first_frame(pilot, app)
+            assert app.table.current is not None and app.table.current.pid == pid
+            await pilot.press("a")
+            await until(pilot, lambda: isinstance(app.screen, AttachScreen))
+            assert "listening" not in status(app)
+            await pilot.press("escape")
+            await until(pilot, lambda: "nothing was attached" in status(app))
+    finally:
+        impostor.close()
+        path.unlink(missing_ok=True)

@@ -14,7 +14,7 @@ from gputui.ui.dip_groups import RANGE, compact_gpus
 from gputui.ui.process_rows import NO_JOB, View, build_rows, matches
 from gputui.ui.screens import DetailScreen, describe_owner, render_detail
 from tests.ui import world
-from tests.ui.conftest import first_frame, make_app
+from tests.ui.conftest import first_frame, make_app, move_to, until
 from tests.ui.test_detail_fields import text_of
 
 SLURM = Owner("slurm", "81234", name="llama-7b", step="0", user="alice")
@@ -123,8 +123,7 @@ async def test_j_groups_by_job_and_k_on_a_job_offers_its_processes(monkeypatch: 
         await pilot.press("p", "J")  # paused: the rows stay put
         await pilot.pause()
         assert app.view.jobs and app.table.rows[0].key.startswith("job/")
-        while app.table.current is not None and app.table.current.key != "job/slurm/81234":
-            await pilot.press("down")
+        await move_to(pilot, app, "job/slurm/81234")
         await pilot.press("k")
         await pilot.pause()
         from gputui.ui.kill import KillScreen
@@ -146,7 +145,7 @@ async def test_the_detail_of_an_owned_process_names_its_job() -> None:
         await pilot.press("p", "enter")
         screen = app.screen
         assert isinstance(screen, DetailScreen)
-        while screen.detail is None:
-            await pilot.pause(0.05)
+        await until(pilot, lambda: screen.detail is not None, what="the detail's worker")
+        assert screen.detail is not None
         text = text_of(render_detail(screen.process, screen.detail))
         assert "SLURM job 81234, step 0: llama-7b (user alice)" in text

@@ -27,7 +27,7 @@ from gputui.ui.kill import KillRequest, KillScreen
 from gputui.ui.kill_plan import job_share, plan_kill
 from gputui.units import fmt_bytes
 from tests.ui import world
-from tests.ui.conftest import first_frame, make_app
+from tests.ui.conftest import first_frame, make_app, move_to
 from tests.ui.test_jobs import SLURM, app_with_owners
 from tests.ui.test_kill import (
     WITH_CHILD,
@@ -217,8 +217,7 @@ async def test_a_job_kill_leaves_out_another_user_s_process_and_says_so(
     async with app.run_test(size=(160, 40)) as pilot:
         await first_frame(pilot, app)
         await press(pilot, "p", "J")
-        while app.table.current is not None and app.table.current.key != "job/slurm/81234":
-            await press(pilot, "down")
+        await move_to(pilot, app, "job/slurm/81234")
         await press(pilot, "k")
         screen = app.screen
         assert isinstance(screen, KillScreen)
