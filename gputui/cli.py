@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from gputui import __version__, argtypes, commands, settings
+from gputui import __version__, argtypes, commands
 from gputui.collect.source import SourceUnavailable
 
 if TYPE_CHECKING:
@@ -118,7 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[source],
     )
     top.add_argument("--version", action="version", version=f"gputui {__version__}")
-    _interval_flag(top, None, "seconds between samples (default 1, or the saved setting)")
+    _interval_flag(
+        top,
+        None,
+        "seconds between samples (default 1, or the saved setting); with --once or --json, read twice S "
+        "apart to measure CPU %% and byte rates (without it: one reading, those fields n/a)",
+    )
     top.add_argument(
         "--config",
         type=Path,
@@ -225,7 +230,9 @@ def _record_parser(sub: argparse._SubParsersAction, source: argparse.ArgumentPar
         parents=[source],
     )
     p.add_argument(
-        "file", help="where to append the snapshots; - for standard output (./- for a file named -)"
+        "file",
+        help="where to append the snapshots; - for standard output (./- for a file named -); a name ending "
+        "in .gz is written gzip-compressed (~35x smaller; `gputui replay` and zcat read it)",
     )
     _interval_flag(p, 1.0, "seconds between snapshots (default 1)")
     p.add_argument("--duration", type=argtypes.positive, metavar="S", help="stop after S seconds")
@@ -440,21 +447,26 @@ def main(argv: list[str] | None = None) -> int:
 def _oneshot(args: argparse.Namespace) -> int:
     from gputui.collect.sampler import Sampler
 
+    # One reading answers at once: what needs a second one (%CPU, PCIe/NVLink byte rates, trends) is null
+    # and said so (gputui.jsonout.ONE_READING_FIELDS). An explicit --interval S measures them over S.
     # The demo shows a job in full swing, not its warm-up.
+    one_reading = args.interval is None
     with Sampler(commands.make_source(args, start_at=120.0), devices_dir=args.devices_dir) as sampler:
-        sampler.tick()  # %CPU and PCIe rates need a previous reading
-        time.sleep(min(0.5, args.interval or 1.0))
         snap = sampler.tick()
+        if not one_reading:
+            time.sleep(args.interval)
+            snap = sampler.tick()
     if args.json:
-        from gputui.jsonout import snapshot_to_dict
+        from gputui.jsonout import one_reading_to_dict, snapshot_to_dict
 
+        doc = one_reading_to_dict(snap) if one_reading else snapshot_to_dict(snap)
         # Valid JSON on any stdout: \u escapes where it cannot take UTF-8.
         ascii_only = (getattr(sys.stdout, "encoding", "") or "").lower().replace("-", "") != "utf8"
-        return commands.write_stdout(json.dumps(snapshot_to_dict(snap), indent=2, ensure_ascii=ascii_only))
+        return commands.write_stdout(json.dumps(doc, indent=2, ensure_ascii=ascii_only))
     from gputui.oneshot import render
 
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-    return commands.write_stdout(render(snap, width))
+    return commands.write_stdout(render(snap, width, one_reading=one_reading))
 
 
 def _prefetch_quietly(sampler: Sampler) -> None:
@@ -484,6 +496,7 @@ def _tui(args: argparse.Namespace) -> int:
         # frame comes sooner.
         threading.Thread(target=_prefetch_quietly, args=(sampler,), daemon=True).start()
         with _signals_held():  # Textual; from app.run() on, the app's own handlers (hangup.guard)
+            from gputui import settings
             from gputui.ui.app import GpuTuiApp
 
             app = GpuTuiApp(

@@ -164,6 +164,51 @@ def _finite(key: str, value: Any) -> Any:
     return value
 
 
+# What one reading cannot measure: rates from two readings of a counter (a process's and the host's CPU
+# time, NVML's PCIe and NVLink byte counters) and trends over a window. NVML's own sampled values (GPU and
+# per-process utilization, from its sample buffers) need no second reading.
+ONE_READING_FIELDS = (
+    ("processes", "cpu_percent"),
+    ("processes", "memory_growth"),
+    ("processes", "full_in"),
+    ("processes", "hung"),
+    ("host", "cpu_percent"),
+    ("gpus", "pcie_rx"),
+    ("gpus", "pcie_tx"),
+    ("gpus", "nvlink_rx"),
+    ("gpus", "nvlink_tx"),
+)
+ONE_READING_NOTE = (
+    "one reading: these fields need a second one and are null; --interval S measures them over S"
+)
+
+
+def unmeasured(snap: Snapshot) -> tuple[str, ...]:
+    """The ONE_READING_FIELDS that are null in all of `snap` that could have them (visible processes,
+    GPUs not lost), as paths (`processes[].cpu_percent`): the ones its one reading left unknown."""
+    out = []
+    for where, name in ONE_READING_FIELDS:
+        if where == "host":
+            if snap.host is None or snap.host.cpu_percent is None:
+                out.append(f"host.{name}")
+            continue
+        items: list[object] = (
+            [g for g in snap.gpus if not g.lost]
+            if where == "gpus"
+            else [p for p in snap.processes if p.visible]
+        )
+        if items and all(getattr(item, name) is None for item in items):
+            out.append(f"{where}[].{name}")
+    return tuple(out)
+
+
+def one_reading_to_dict(snap: Snapshot) -> dict[str, Any]:
+    """A snapshot of one reading, with a note of what that reading could not measure."""
+    out = snapshot_to_dict(snap)
+    out["one_reading"] = {"note": ONE_READING_NOTE, "unmeasured": list(unmeasured(snap))}
+    return out
+
+
 def dumps(snap: Snapshot, indent: int | None = None) -> str:
     return json.dumps(snapshot_to_dict(snap), indent=indent)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from gputui import __version__, cells
 from gputui.collect.classify import SUSPICIOUS, UNACCOUNTED_MIN
-from gputui.model import GpuSample, ProcessRow, Snapshot
+from gputui.model import GpuSample, MigInstance, ProcessRow, Snapshot
 from gputui.units import NA, fmt_bytes, fmt_num, fmt_pct, printable
 
 _NOTABLE_REASONS = {"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake", "sync_boost"}
@@ -132,7 +132,47 @@ def process_line(p: ProcessRow, width: int | None) -> str:
     return _row([printable(_COLUMNS[k].value(p)) for k in keys], keys, printable(command or NA), width)
 
 
-def render(snap: Snapshot, width: int | None = None) -> str:
+def mig_line(m: MigInstance, procs: int) -> str:
+    """One MIG instance, under its GPU: `MIG 1/0 3g.40gb  mem 12.1/39.2 GiB  util n/a  1 process`."""
+    count = f"{procs} process{'es' if procs != 1 else ''}"
+    ids = f"{m.gpu_instance}/{m.compute_instance}"
+    return (
+        f"{_INDENT}MIG {ids:<5} {printable(m.profile or NA)[:12]:<8}  "
+        f"mem {_gib(m.mem_used, m.mem_total)}  util {fmt_pct(m.util)}  {count}"
+    )
+
+
+def _gpu_processes(snap: Snapshot, g: GpuSample, width: int | None) -> list[str]:
+    """The GPU's processes; on a MIG GPU each instance's under its line, then those of no known instance
+    (device holders such as DataLoader workers: /dev/nvidiaN does not say which instance)."""
+    procs = snap.processes_on(g.index)
+    lines = [process_header(width)] if procs else []
+    if not g.mig_mode:
+        return lines + [process_line(p, width) for p in procs]
+    if not g.mig:
+        lines.append(f"{_INDENT}MIG on: no instances")
+    placed: set[int] = set()
+    for m in g.mig:
+        mine = [
+            p
+            for p in procs
+            if p.gpu_instance == m.gpu_instance
+            and (p.compute_instance is None or p.compute_instance == m.compute_instance)
+        ]
+        placed.update(id(p) for p in mine)
+        lines.append(mig_line(m, len(mine)))
+        lines.extend(process_line(p, width) for p in mine)
+    rest = [p for p in procs if id(p) not in placed]
+    if rest and g.mig:
+        lines.append(f"{_INDENT}(in no listed MIG instance: device-file holders, or NVML did not say)")
+    return lines + [process_line(p, width) for p in rest]
+
+
+ONE_READING_LEGEND = "CPU% n/a: one reading (a rate needs two); `--once --interval 1` measures it over 1 s"
+
+
+def render(snap: Snapshot, width: int | None = None, one_reading: bool = False) -> str:
+    """`one_reading`: the snapshot is a first reading: a legend says why its CPU% is n/a."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.time))
     head = (
         f"gputui {__version__} · {snap.hostname} · driver {snap.driver_version or NA} · "
@@ -145,10 +185,7 @@ def render(snap: Snapshot, width: int | None = None) -> str:
         lines.append("(no GPUs)")
     for g in snap.gpus:
         lines.append(gpu_line(g, width))
-        procs = snap.processes_on(g.index)
-        if procs:
-            lines.append(process_header(width))
-        lines.extend(process_line(p, width) for p in procs)
+        lines.extend(_gpu_processes(snap, g, width))
         extra = snap.unaccounted_memory.get(g.index)
         if extra is not None and extra >= UNACCOUNTED_MIN:  # the TUI's threshold: the same rows
             lines.append(
@@ -166,4 +203,6 @@ def render(snap: Snapshot, width: int | None = None) -> str:
     if snap.unreadable_fds:
         lines.append(f"! {snap.unreadable_fds} processes not readable — run as root to see every holder")
     lines.extend(f"! {printable(e)}" for e in snap.errors)
+    if one_reading and any(p.cpu_percent is None and p.visible for p in snap.processes):
+        lines.append(ONE_READING_LEGEND)
     return "\n".join(_fit(line, width) for line in lines)

@@ -11,11 +11,12 @@ import os
 import stat
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from gputui import schema_check
 from gputui.collect.pace import Pacer
@@ -81,18 +82,18 @@ def csv_rows(snap: Snapshot) -> Iterator[list[str]]:
         ]
 
 
-def _last_byte(fd: int) -> bytes:
-    """The last byte of the regular file open (write-only) as `fd`; b"" when empty, not a regular file
-    (a FIFO) or not readable."""
+def _last_bytes(fd: int, n: int = 1) -> bytes:
+    """The last `n` bytes of the regular file open (write-only) as `fd`; b"" when shorter, not a regular
+    file (a FIFO) or not readable."""
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not st.st_size:
+        if not stat.S_ISREG(st.st_mode) or st.st_size < n:
             return b""
         reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return b""
     try:
-        return os.pread(reader, 1, st.st_size - 1)
+        return os.pread(reader, n, st.st_size - n)
     except OSError:
         return b""
     finally:
@@ -100,6 +101,14 @@ def _last_byte(fd: int) -> bytes:
 
 
 STDOUT_FD = 1
+# A FILE ending in .gz is one gzip stream, flushed at each record (Z_SYNC_FLUSH): every record is readable
+# as soon as it is written, and the stream's 32 KiB window still spans the previous record (a third of
+# the size of a gzip member per record). An 8-GPU demo hour: ~111 MB plain, ~3 MB so.
+GZIP_LEVEL = 6
+_SYNC = b"\x00\x00\xff\xff"  # how a sync-flushed deflate stream ends
+# Ends a member that a killed recorder left open (it ends on _SYNC): an empty final block, then a trailer
+# whose CRC and length are unknown (zeros; gputui's reader does not check them, `zcat` warns).
+_END_DANGLING = b"\x03\x00" + bytes(8)
 
 
 class RecordError(Exception):
@@ -115,8 +124,10 @@ class Recorder:
         # (`path` stays a Path for the type's sake; to_stdout decides where the records go)
         self.path, self.as_csv, self.max_bytes = path or Path("/dev/stdout"), as_csv, max_bytes
         self.to_stdout = path is None
+        self.gzip = path is not None and path.name.endswith(".gz")
         self._fd: int | None = None
         self._pending = b""  # written before the next record: the CSV header, or a newline
+        self._z: Any = None  # the gzip stream being written (zlib's Compress object)
         self.written = 0
 
     @property
@@ -141,7 +152,7 @@ class Recorder:
         size = self._size()
         if self.as_csv and not size:
             self._pending = self._csv_header()
-        elif _last_byte(fd) not in (b"", b"\n"):  # a recorder killed mid-line: ours starts a new one
+        elif not self.gzip and _last_bytes(fd) not in (b"", b"\n"):  # killed mid-line: ours starts a new one
             self._pending = b"\n"
 
     def _csv_header(self) -> bytes:
@@ -160,9 +171,24 @@ class Recorder:
             text = buf.getvalue()
         else:
             text = json.dumps(snapshot_to_dict(snap), separators=(",", ":")) + "\n"
-        self._write_whole(self._pending + text.encode())
+        data = self._pending + text.encode()
+        if self.gzip:
+            data = self._compressed(data)
+        try:
+            self._write_whole(data)
+        except BaseException:
+            self._z = None  # the stream ran ahead of the file (cut back): the next record starts anew
+            raise
         self._pending = b""
         self.written += 1
+
+    def _compressed(self, data: bytes) -> bytes:
+        head = b""
+        if self._z is None:  # a new member; after one that a killed recorder left open, end that first
+            assert self._fd is not None
+            head = _END_DANGLING if _last_bytes(self._fd, len(_SYNC)) == _SYNC else b""
+            self._z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+        return head + self._z.compress(data) + self._z.flush(zlib.Z_SYNC_FLUSH)
 
     def _size(self) -> int:
         assert self._fd is not None
@@ -205,6 +231,10 @@ class Recorder:
 
     def close(self) -> None:
         fd, self._fd = self._fd, None
+        z, self._z = self._z, None
+        if fd is not None and z is not None:
+            with contextlib.suppress(OSError):  # no end: the reader takes the stream as far as it goes
+                os.write(fd, z.flush())
         if fd is not None and not self.to_stdout:
             with contextlib.suppress(OSError):  # every record went out whole with os.write already
                 os.close(fd)
@@ -273,28 +303,40 @@ def read_recording(path: Path) -> tuple[list[Snapshot], int]:
 
 def load_recording(path: Path) -> Recording:
     """Every line checked against the snapshot schema, with finite numbers, and its strings made
-    printable; what is not a snapshot is counted and skipped. Raises OSError if `path` cannot be read."""
-    out, kept = Recording(), 0
+    printable; what is not a snapshot is counted and skipped. Raises OSError if `path` cannot be read.
+    A gzip file (by its first bytes, whatever its name) is read as far as it is whole: a corrupt stream
+    stops the reading with a note, its decompressed bytes count towards MAX_READ (no zip bomb)."""
+    out = Recording()
     with open(path, "rb") as f:
-        lines = _BoundedLines(f)
-        for number, line in enumerate(lines, 1):
-            if line is not None and not line.strip():
-                continue
-            try:
-                snap = parse_line(line)
-            except ValueError as err:
-                out.bad += 1
-                out.first_bad = out.first_bad or f"line {number}: {err}"
-                continue
-            out.snapshots.append(snap)
-            kept += len(line or b"")
-            if len(out.snapshots) >= MAX_SNAPSHOTS or kept >= MAX_KEPT:
-                out.stopped = f"stopped after {len(out.snapshots)} snapshots ({fmt_bytes(kept)})"
-                break
-        else:
-            if lines.cut_short:
-                out.stopped = f"stopped after reading {fmt_bytes(MAX_READ)}"
+        head = f.read(2)  # not seek(0): a FIFO cannot
+        try:
+            _load(_Gunzip(f, head) if head == _GZIP_MAGIC else _Prefixed(f, head), out)
+        except GzipError as err:
+            out.stopped = f"stopped at a corrupt gzip stream ({err})"
+            out.first_bad = out.first_bad or f"corrupt gzip stream: {err}"
     return out
+
+
+def _load(f: _Prefixed | _Gunzip, out: Recording) -> None:
+    kept = 0
+    lines = _BoundedLines(f)
+    for number, line in enumerate(lines, 1):
+        if line is not None and not line.strip():
+            continue
+        try:
+            snap = parse_line(line)
+        except ValueError as err:
+            out.bad += 1
+            out.first_bad = out.first_bad or f"line {number}: {err}"
+            continue
+        out.snapshots.append(snap)
+        kept += len(line or b"")
+        if len(out.snapshots) >= MAX_SNAPSHOTS or kept >= MAX_KEPT:
+            out.stopped = f"stopped after {len(out.snapshots)} snapshots ({fmt_bytes(kept)})"
+            break
+    else:
+        if lines.cut_short:
+            out.stopped = f"stopped after reading {fmt_bytes(MAX_READ)}"
 
 
 def parse_line(line: bytes | None) -> Snapshot:
@@ -326,11 +368,109 @@ def _snapshot_checker() -> schema_check.Checker:
     return schema_check.Checker(schema(), text=printable)
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class GzipError(ValueError):
+    """A gzip stream that is not one: its one-line reason."""
+
+
+class _Prefixed:
+    """A file whose first bytes were already read (to tell gzip from JSON Lines)."""
+
+    def __init__(self, f: BinaryIO, head: bytes) -> None:
+        self.f, self.head = f, head
+
+    def read(self, n: int) -> bytes:
+        if not self.head:
+            return self.f.read(n)
+        out, self.head = self.head[:n], self.head[n:]
+        return out
+
+
+class _Gunzip:
+    """The decompressed bytes of a gzip file of one or more members, `read(n)` at most n at a time (so
+    a small file that inflates hugely is never held whole). A member cut short (a recorder killed, or
+    still writing) ends the data quietly; bytes that are not gzip raise GzipError. The members' CRCs are
+    not checked: a member ended by a later recorder (_END_DANGLING) has none, and every line is checked
+    against the schema anyway."""
+
+    def __init__(self, f: BinaryIO, head: bytes = b"") -> None:
+        self.f = f
+        self._raw = head  # compressed bytes read but not yet decompressed
+        self._z: Any = None  # the member being decompressed; None: a header comes next
+        self._eof = False  # no more compressed input
+        self.offset = 0  # compressed bytes consumed, for the error's "at byte N"
+
+    def _fill(self, need: int) -> bool:
+        while len(self._raw) < need and not self._eof:
+            chunk = self.f.read(CHUNK)
+            self._eof = not chunk
+            self._raw += chunk
+        return len(self._raw) >= need
+
+    def _take(self, n: int) -> bytes:
+        data, self._raw = self._raw[:n], self._raw[n:]
+        self.offset += len(data)
+        return data
+
+    def _header(self) -> bool:
+        """Reads a member's header (RFC 1952); False at the clean end of the file."""
+        if not self._fill(10):
+            if self._raw:
+                raise GzipError(f"{len(self._raw)} stray bytes at the end")
+            return False
+        head = self._take(10)
+        if head[:3] != b"\x1f\x8b\x08":
+            raise GzipError(f"not a gzip member at byte {self.offset - 10}")
+        flags = head[3]
+        if flags & 0xE0:
+            raise GzipError(f"reserved header flags at byte {self.offset - 10}")
+        if flags & 4:  # FEXTRA: its length, then that many bytes
+            self._fill(2)
+            extra = int.from_bytes(self._take(2), "little")
+            self._fill(extra)
+            self._take(extra)
+        for bit in (8, 16):  # FNAME, FCOMMENT: zero-terminated
+            if flags & bit:
+                while b"\x00" not in self._raw and not self._eof and len(self._raw) < MAX_LINE:
+                    self._fill(len(self._raw) + 1)
+                end = self._raw.find(b"\x00")
+                if end < 0:
+                    raise GzipError("a header name without its end")
+                self._take(end + 1)
+        if flags & 2:  # FHCRC
+            self._take(2)
+        self._z = zlib.decompressobj(-zlib.MAX_WBITS)
+        return True
+
+    def read(self, n: int) -> bytes:
+        while True:
+            if self._z is None and not self._header():
+                return b""
+            if not self._raw and not self._fill(1):
+                return b""  # cut short (no end block, no trailer): what came is what there is
+            before = len(self._raw)
+            try:
+                out = self._z.decompress(self._raw, n)
+            except zlib.error as err:
+                raise GzipError(f"{err} near byte {self.offset}") from None
+            self._raw = self._z.unconsumed_tail or self._z.unused_data
+            self.offset += before - len(self._raw)
+            if self._z.eof:
+                self._raw = self._z.unused_data
+                self._fill(8)
+                self._take(8)  # CRC32 and length (see the class's docstring)
+                self._z = None
+            if out:
+                return out
+
+
 class _BoundedLines:
     """The lines of a binary file without their newline, read in chunks: a line longer than MAX_LINE is
     yielded as None, never held whole; reading stops after MAX_READ bytes (`cut_short` then says so)."""
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: _Prefixed | _Gunzip) -> None:
         self.f = f
         self.cut_short = False
 

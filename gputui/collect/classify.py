@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from gputui.model import ProcessRow, Snapshot
+from gputui.units import fmt_bytes
 
 OK = "ok"
 WORKER = "worker"  # holds a device, not in NVML's list, but a child of a GPU process: a data-loader worker
@@ -99,3 +103,57 @@ def classify(f: Facts) -> tuple[str, str]:
     if f.on_nvml and f.devices is None:
         return NO_PERMISSION, "cannot read /proc/PID/fd (another user's process): run as root to see more"
     return OK, "; ".join(notes)
+
+
+# -- leftovers: unaccounted memory and the processes that likely hold it ------------------------------
+
+
+def estimated(n: int) -> str:
+    """`~4.8 GiB?`: an estimate (a share of a GPU's unaccounted memory), not a measurement."""
+    return f"~{fmt_bytes(n)}?"
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """Memory in use on a GPU that no process in NVML's lists accounts for, and its likely holders:
+    processes that hold that GPU's device file, are in none of NVML's lists, and whose job is over (an
+    orphan; a child of a defunct parent). A CUDA context lives until the last descriptor of its device
+    file closes: a forked worker that outlives its trainer keeps the trainer's memory, and NVML names no
+    process for it. Which holder has how much is not known: `share` splits it evenly, an estimate."""
+
+    gpu: int
+    memory: int  # bytes no listed process accounts for
+    holders: tuple[ProcessRow, ...]
+
+    @property
+    def share(self) -> int | None:
+        """Each likely holder's estimated part; None: no holder to split it among."""
+        return self.memory // len(self.holders) if self.holders else None
+
+
+def likely_holders(processes: Iterable[ProcessRow], gpu: int) -> tuple[ProcessRow, ...]:
+    """The processes that likely hold `gpu`'s unaccounted memory (see Leftover), in pid order. A worker
+    of a live rank is not one: its memory is its rank's, in NVML's list. A defunct process holds nothing
+    (its descriptors closed when it exited)."""
+    processes = tuple(processes)
+    defunct = {p.pid for p in processes if p.state == "zombie"}
+    found = {
+        p.pid: p
+        for p in processes
+        if p.gpu == gpu
+        and p.visible
+        and not p.kinds
+        and p.state != "zombie"
+        and (p.category == ORPHAN or (p.ppid is not None and p.ppid in defunct))
+    }
+    return tuple(found[pid] for pid in sorted(found))
+
+
+def leftovers(snap: Snapshot, minimum: int = UNACCOUNTED_MIN) -> dict[int, Leftover]:
+    """Per GPU with `minimum` or more of memory no listed process accounts for: that memory and its
+    likely holders (none, when nothing here fits: another container's process, or the driver's)."""
+    return {
+        gpu: Leftover(gpu, memory, likely_holders(snap.processes, gpu))
+        for gpu, memory in sorted(snap.unaccounted_memory.items())
+        if memory is not None and memory >= minimum
+    }

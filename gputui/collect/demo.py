@@ -253,10 +253,7 @@ class DemoSource:
         if self._watch_w is not None:
             os.close(self._watch_w)  # every child sees end-of-file and exits
             self._watch_w = None
-        leftovers = []
-        for p in self.trainers:
-            with contextlib.suppress(psutil.Error):
-                leftovers += psutil.Process(p.pid).children(recursive=True)
+        leftovers = self._descendants([p.pid for p in self.trainers])
         for p in self.trainers:
             try:
                 p.wait(timeout=2)
@@ -279,6 +276,31 @@ class DemoSource:
         if self.devices_dir.name.startswith("gputui-demo-"):
             shutil.rmtree(self.devices_dir, ignore_errors=True)
         atexit.unregister(self.close)
+
+    @staticmethod
+    def _descendants(pids: list[int]) -> list[psutil.Process]:
+        """Every descendant of `pids`, from one pass over /proc/*/stat (psutil's children() makes a pass per
+        call: eight trainers cost eight, 15 ms of a one-shot's exit)."""
+        if not pids:
+            return []
+        below: dict[int, list[int]] = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        ppid = int(f.read().rsplit(b")", 1)[1].split()[1])  # after "(comm) state"
+                except (OSError, ValueError, IndexError):
+                    continue  # gone meanwhile
+                below.setdefault(ppid, []).append(int(name))
+        out, todo, seen = [], list(pids), set(pids)
+        while todo:
+            for child in below.get(todo.pop(), ()):
+                if child not in seen:  # (a pid reused meanwhile could make a loop)
+                    seen.add(child)
+                    todo.append(child)
+                    with contextlib.suppress(psutil.Error):
+                        out.append(psutil.Process(child))
+        return out
 
     @staticmethod
     def _free_pid() -> int:

@@ -2,16 +2,42 @@
 
 Values are stored as small ints (percent; watts), which Python keeps as shared objects, so an hour at
 1 Hz for 8 GPUs is well under a megabyte, and every dip survives at full resolution.
+
+Also each GPU process's memory over the detail's window (PROCESS_WINDOW_S), for its sparkline and its
+`min … max`: one stretch per POINT_S keeps its lowest and its highest sample with their times, so a 3 s
+spike every 30 s is in it at its height (the sampler's series keeps only the lows: its trend wants the
+floor), and a replay has it too.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from gputui.collect.forecast import WINDOW_S
 from gputui.model import Snapshot
 
 MAX_AGE_S = 3700.0
 MAX_SAMPLES = 15_000  # an hour at 4 Hz
+POINT_S = 5.0
+PROCESS_WINDOW_S = WINDOW_S + POINT_S
+
+ProcessKey = tuple[int, float | None, int | None]  # pid, create time, GPU
+
+
+class _Stretch:
+    """POINT_S of one process's memory: its lowest and highest sample, each with its time."""
+
+    __slots__ = ("high", "low", "start", "t_high", "t_low")
+
+    def __init__(self, t: float, value: float) -> None:
+        self.start = self.t_low = self.t_high = t
+        self.low = self.high = value
+
+    def add(self, t: float, value: float) -> None:
+        if value < self.low:
+            self.low, self.t_low = value, t
+        if value > self.high:
+            self.high, self.t_high = value, t
 
 
 class GpuHistory:
@@ -41,8 +67,10 @@ class History:
         self.capacity = capacity
         self.max_age = max_age
         self.gpus: dict[int, GpuHistory] = {}
+        self.processes: dict[ProcessKey, deque[_Stretch]] = {}
 
     def add(self, snap: Snapshot) -> None:
+        self._add_processes(snap)
         for gpu in snap.gpus:
             h = self.gpus.get(gpu.index)
             if h is None:
@@ -61,3 +89,34 @@ class History:
         values = [u for t, u in zip(h.times, h.util, strict=True) if t >= since and u is not None]
         covered = (h.times[-1] - max(since, h.times[0])) if h.times else 0.0
         return (sum(values) / len(values) if values else 0.0), max(0.0, covered)
+
+    def _add_processes(self, snap: Snapshot) -> None:
+        now, oldest = snap.time, snap.time - PROCESS_WINDOW_S
+        for row in snap.processes:
+            if row.used_memory is None or row.gpu is None:
+                continue
+            stretches = self.processes.setdefault((row.pid, row.create_time, row.gpu), deque())
+            if stretches and now < stretches[-1].start:  # the wall clock stepped back: start again
+                stretches.clear()
+            if stretches and now < stretches[-1].start + POINT_S:
+                stretches[-1].add(now, float(row.used_memory))
+            else:
+                stretches.append(_Stretch(now, float(row.used_memory)))
+        for key in list(self.processes):
+            stretches = self.processes[key]
+            while stretches and stretches[0].start < oldest:
+                stretches.popleft()
+            if not stretches:
+                del self.processes[key]
+
+    def memory_points(
+        self, pid: int, create_time: float | None, gpu: int | None
+    ) -> list[tuple[float, float]]:
+        """(time, bytes) of the process's memory on `gpu` over the last PROCESS_WINDOW_S: each stretch's
+        lowest and highest sample, where they were; so their min and max are the true ones."""
+        out: list[tuple[float, float]] = []
+        for s in self.processes.get((pid, create_time, gpu), ()):
+            out.append((s.t_low, s.low))
+            if s.t_high != s.t_low:
+                out.append((s.t_high, s.high))
+        return sorted(out)

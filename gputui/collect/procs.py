@@ -170,10 +170,12 @@ class ProcessJoiner:
         holders: HolderScan | None = None,
         minors: dict[int, int] | None = None,
         relatives: bool = False,
+        extra: Iterable[int] = (),
     ) -> tuple[tuple[ProcessRow, ...], tuple[HostProcess, ...]]:
         """One row per (GPU, process) of NVML's lists and of the device holders (`holders`, with
         `minors` mapping /dev/nvidiaN's N to the GPU index), classified; and, if asked, the parents and
-        descendants of those processes."""
+        descendants of those processes. `extra`: pids to describe as host processes too when they have
+        no row (a process that runs the gputui agent and holds no GPU: the table shows it)."""
         procs = list(procs)
         infos: dict[int, HostInfo | None] = {}
 
@@ -194,6 +196,10 @@ class ProcessJoiner:
             rows += self._defunct_children(holders, rows, info, on_nvml)
         present = [r for r in rows if r is not None]
         hosts = self._relatives(present, info) if relatives else ()
+        described = {r.pid for r in present} | {h.pid for h in hosts}
+        hosts += tuple(
+            found for pid in sorted(set(extra) - described) if (found := _host(pid, info(pid))) is not None
+        )
         for pid in set(self._known) - set(infos) - {h.pid for h in hosts}:  # forget the departed
             del self._known[pid]
         return tuple(present), hosts
@@ -297,24 +303,7 @@ class ProcessJoiner:
                 if child not in wanted:
                     wanted.add(child)
                     stack.append(child)
-        hosts = []
-        for pid in sorted(wanted - on_gpu):
-            host = info(pid)
-            if host is not None:
-                hosts.append(
-                    HostProcess(
-                        pid=pid,
-                        ppid=host.ppid,
-                        user=host.user,
-                        name=host.name,
-                        command=host.command,
-                        cpu_percent=host.cpu_percent,
-                        rss=host.rss,
-                        create_time=host.create_time,
-                        state=host.state,
-                    )
-                )
-        return tuple(hosts)
+        return tuple(h for pid in sorted(wanted - on_gpu) if (h := _host(pid, info(pid))) is not None)
 
     def lookup(self, pid: int) -> HostInfo | None:
         """What the host can see of `pid`, or None if it is not visible here (gone, other namespace).
@@ -383,6 +372,22 @@ class ProcessJoiner:
             return None
         self._known[pid] = known
         return known
+
+
+def _host(pid: int, host: HostInfo | None) -> HostProcess | None:
+    if host is None:
+        return None
+    return HostProcess(
+        pid=pid,
+        ppid=host.ppid,
+        user=host.user,
+        name=host.name,
+        command=host.command,
+        cpu_percent=host.cpu_percent,
+        rss=host.rss,
+        create_time=host.create_time,
+        state=host.state,
+    )
 
 
 def adoption(host: HostInfo, parent: HostInfo | None) -> str | None:

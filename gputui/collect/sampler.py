@@ -138,10 +138,12 @@ class Sampler:
                 )
             scan = self._scanner.scan()
         minors = {g.minor: g.index for g in reading.gpus if g.minor is not None}
-        rows, hosts = self._joiner.join(reading.processes, scan, minors, relatives=self.want_relatives)
+        agents = self.agents.poll()  # first: a process with the agent and no GPU is described too (its row)
+        rows, hosts = self._joiner.join(
+            reading.processes, scan, minors, relatives=self.want_relatives, extra=agents.keys()
+        )
         rows = self._with_owners(rows)
         wall = self.clock()
-        agents = self.agents.poll()
         rows = self._with_trends(rows, reading.gpus, agents, wall)
         snap = Snapshot(
             time=wall,

@@ -18,7 +18,14 @@ from textual.worker import get_current_worker
 from gputui.collect.agents import AgentHistory, AgentPoller
 from gputui.collect.dip_causes import ProfileNote
 from gputui.collect.profile_reply import ProfileOp, ProfileStatus
-from gputui.model import AGENT_SLOW, AGENT_UNREADABLE, AgentReport, AllocatorDevice, Snapshot
+from gputui.model import (
+    AGENT_SLOW,
+    AGENT_UNREADABLE,
+    AgentReport,
+    AllocatorDevice,
+    Snapshot,
+    TrainingProgress,
+)
 from gputui.ui.screens import MODAL_CSS, Modal
 from gputui.ui.spark import glyph
 from gputui.units import NA, fmt_bytes, printable
@@ -134,14 +141,13 @@ class AllocatorScreen(Modal[None]):
         grid.add_row("ALLOC_CONF", Text(report.alloc_conf or "(unset)"))
         progress = report.progress
         if progress.steps_per_s is not None:
-            share = progress.data_wait_share
+            grid.add_row("training", Text(f"{progress.steps_per_s:.2f} steps/s{_window(progress)}"))
+        if progress.data_wait_share is not None:
+            # The panel's one data-wait number: the agent's, over its window, as the Events pane and the
+            # exporter give it. A profile's own wait (its steps, slowed by profiling) stays in its verdict.
             grid.add_row(
-                "training",
-                Text(
-                    f"{progress.steps_per_s:.2f} steps/s · {100 * share:.0f}% of step time waiting for data"
-                    if share is not None
-                    else f"{progress.steps_per_s:.2f} steps/s"
-                ),
+                "data wait",
+                Text(f"{_share(progress.data_wait_share)} of step time waiting for data{_window(progress)}"),
             )
         if not report.cuda_initialized:
             grid.add_row("CUDA", Text("not initialized in this process (yet)", style="dim"))
@@ -186,9 +192,8 @@ class AllocatorScreen(Modal[None]):
             )
             rate = f" ({s.steps_per_s:.1f}/s while profiled)" if s.steps_per_s is not None else ""
             wall = f" in {s.wall_s:.2f} s" if s.wall_s is not None else ""
-            grid.add_row("", Text(f"{s.steps if s.steps is not None else NA} steps{wall}{rate}"))
             grid.add_row(
-                "data wait", Text(_share(s.data_wait_share) + " of wall time waiting for the DataLoader")
+                "", Text(f"over {s.steps if s.steps is not None else NA} profiled steps{wall}{rate}")
             )
             if s.gpu_idle_share is None:
                 grid.add_row(
@@ -351,6 +356,14 @@ class AllocatorScreen(Modal[None]):
         end = time.time()
         start = end - (s.wall_s or status.elapsed_s or 0.0)
         self.on_profile(ProfileNote(self.pid, gpu, start, end, s.verdict))
+
+
+def _window(progress: TrainingProgress) -> str:
+    """over the last 30 s (212 batches)": the agent's window, which its numbers are measured over."""
+    if progress.window_s is None:
+        return ""
+    batches = f" ({progress.batches} batches)" if progress.batches is not None else ""
+    return f" over the last {progress.window_s:.0f} s{batches}"
 
 
 def _share(value: float | None) -> str:

@@ -43,8 +43,9 @@ from gputui.ui.gpu_panes import CHROME_ROWS, GpuPanes
 from gputui.ui.header import HeaderBar
 from gputui.ui.key_bar import KeyBar
 from gputui.ui.palette import Palette
-from gputui.ui.process_rows import BY_KEY, COLUMN_KEYS, View
-from gputui.ui.process_table import ProcessTable
+from gputui.ui.process_rows import AGENT_ONLY, BY_KEY, COLUMN_KEYS, UNACCOUNTED, TableRow, View
+from gputui.ui.process_table import MIN_COMMAND, ProcessTable
+from gputui.ui.row_note import RowNote
 from gputui.ui.status import StatusLine
 from gputui.units import printable
 
@@ -138,7 +139,6 @@ class GpuTuiApp(BaseApp):
     TITLE = "gputui"
     CSS = """
     Screen { layout: vertical; }
-    #panes { margin: 0 0 1 0; }
     """
     ENABLE_COMMAND_PALETTE = True
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -176,6 +176,16 @@ class GpuTuiApp(BaseApp):
         ("t  F5", "tree view: GPU processes with their parents and children"),
         ("g", "choose a GPU: the table shows its processes (g again: all GPUs)"),
         ("Enter", "process detail (◆ rows too): command line, cwd, CUDA_VISIBLE_DEVICES, devices, children"),
+        (
+            "",
+            "an `unaccounted` row (memory no NVML process accounts for): Enter lists its likely holders "
+            "(orphans and children of defunct processes that hold the GPU), k offers to signal them",
+        ),
+        (
+            "~ ?",
+            "`~4.8 GiB?` in GPU MEM: an estimate, not a measurement: the GPU's unaccounted memory split "
+            "among its likely holders",
+        ),
         ("z", "zombies: only the suspicious processes (defunct, orphaned, unseen by NVML, ...) and why"),
         ("J", "jobs: a row per container, pod or SLURM job (GPUs, memory, CPU); k: its user's processes"),
         ("space", "tag / untag the highlighted process (k then signals every tagged one)"),
@@ -271,11 +281,13 @@ class GpuTuiApp(BaseApp):
         self.header = HeaderBar(id="header")
         self.panes = GpuPanes(self.history, id="panes")
         self.table = ProcessTable(id="procs")
+        self.row_note = self.table.note = RowNote(id="row-note")
         self.status = self.status_line = StatusLine(id="status")
         self.filter_box = FilterInput(placeholder="filter: pid, user or command", id="filter")
         yield self.header
         yield self.panes
         yield self.table
+        yield self.row_note
         yield self.filter_box
         yield self.status
         yield KeyBar()
@@ -291,7 +303,7 @@ class GpuTuiApp(BaseApp):
         self._sample_loop()
 
     def apply_palette(self, palette: Palette) -> None:
-        for canvas in (self.header, self.panes, self.status):
+        for canvas in (self.header, self.panes, self.status, self.row_note):
             canvas.palette = palette
             canvas.redraw()
         self._row_styles = {"dim": palette.dim, "error": palette.error, "warning": palette.warning}
@@ -440,7 +452,7 @@ class GpuTuiApp(BaseApp):
         table.sort_column, table.sort_reverse = self.view.sort, self.view.reverse
         table.tagged = self.tagged
         table.last_label = "REASON · COMMAND" if self.view.zombies else "COMMAND"
-        table.min_last_width = 70 if self.view.zombies else 24  # the reasons are the point of that view
+        table.min_last_width = 70 if self.view.zombies else MIN_COMMAND  # (reasons: the point of `z`)
         if self.view.zombies:
             table.empty_note = "no suspicious process: nothing defunct, orphaned, stuck or unseen by NVML"
         elif self.view.filter or self.view.gpu is not None:
@@ -534,14 +546,40 @@ class GpuTuiApp(BaseApp):
 
     def action_detail(self) -> None:
         row = self.table.current
-        if row is not None and row.process is not None:
-            self._open_detail(row.process)
+        if row is not None:
+            self._choose(row)
 
     @on(ProcessTable.RowChosen)
     def _row_chosen(self, event: ProcessTable.RowChosen) -> None:
         """Enter: the detail, always (a ◆ row's allocator is `a`)."""
-        if event.row.process is not None:  # None: a GPU's "unaccounted memory" row
-            self._open_detail(event.row.process)
+        self._choose(event.row)
+
+    def _choose(self, row: TableRow) -> None:
+        if row.process is not None:
+            self._open_detail(row.process)
+        elif row.kind == UNACCOUNTED and row.leftover is not None:
+            from gputui.ui.leftovers import LeftoverScreen
+
+            now = self.snapshot.time if self.snapshot is not None else None
+            self.push_screen(LeftoverScreen(row.leftover, self.readonly, now), self._leftover_closed(row.key))
+        elif row.kind == AGENT_ONLY:
+            self.say(
+                f"pid {row.pid} runs the gputui agent and holds no GPU; gputui has not read it from /proc "
+                "this tick, so it has no detail: `a` opens its allocator panel",
+                "warning",
+            )
+
+    def _leftover_closed(self, key: str) -> Any:
+        def closed(kill: bool | None) -> None:
+            if not kill:
+                return
+            row = next((r for r in self.table.rows if r.key == key), None)  # as it is now, not at Enter
+            if row is None:
+                self.say("that unaccounted memory is gone: nothing to signal")
+            else:
+                self._kill_rows([row])
+
+        return closed
 
     def _open_detail(self, process: ProcessRow | HostProcess) -> None:
         from gputui.ui.screens import DetailScreen
@@ -550,17 +588,15 @@ class GpuTuiApp(BaseApp):
         recorded_at = self.snapshot.time if self.replay and self.snapshot is not None else None
         memory: list[tuple[float, float]] = []
         split = None
-        # Its memory history and, with an agent, allocated vs reserved: a live sampler's (a replay's
-        # has none). The sampler's thread goes on adding points: series() is a copy, and a split
-        # that meets a deque changed under it is left out rather than crash the Enter key.
-        store = getattr(self.sampler, "memory", None)
+        # Its memory history (each 5 s stretch's low and high, so its max is the true one; replays too)
+        # and, with an agent, allocated vs reserved: a live sampler's. The sampler's thread goes on
+        # adding points: a split that meets a deque changed under it is left out rather than crash Enter.
         split_of = getattr(self.sampler, "memory_split", None)
-        if isinstance(process, ProcessRow) and store is not None:
-            key = (process.pid, process.create_time)
-            memory = store.series(key)
+        if isinstance(process, ProcessRow):
+            memory = self.history.memory_points(process.pid, process.create_time, process.gpu)
             if split_of is not None:
                 with contextlib.suppress(RuntimeError):
-                    split = split_of(*key)
+                    split = split_of(process.pid, process.create_time)
         self.push_screen(
             DetailScreen(
                 process,
@@ -581,8 +617,8 @@ class GpuTuiApp(BaseApp):
             self._open_allocator(row.pid)
             return
         hint = "start it with `gputui run -- python train.py` or `import gputui.agent; gputui.agent.start()`"
-        if row.process is None:  # a GPU's "unaccounted memory" row
-            self.say(f"{row.pid} runs no gputui agent: {hint}", "warning")
+        if row.process is None:  # a GPU's "unaccounted memory" row, a job's
+            self.say(f"this row is not one process: `a` is for a process's row ({hint})", "warning")
             return
         if self.readonly:  # a replay is read-only too: its pids are the recorded machine's
             mode = "a replay" if self.replay else "read-only (--readonly)"
@@ -957,12 +993,24 @@ class GpuTuiApp(BaseApp):
             return
         table = self.table
         current = [table.current] if table.current is not None else []
-        rows = [r for r in table.rows if r.key in self.tagged] or current
+        self._kill_rows([r for r in table.rows if r.key in self.tagged] or current)
+
+    def _kill_rows(self, rows: list[TableRow]) -> None:
         from gputui.ui.kill import KillScreen, plan_rows
 
+        if self.readonly:
+            self.say("read-only (--readonly): signals are disabled", "warning")
+            return
         # A job's row (J) stands for its user's processes on this machine; "no job" is never signalled.
+        # An unaccounted row stands for its likely holders.
         plan = plan_rows(rows, self.snapshot)
         if plan is None:
+            if any(r.kind == AGENT_ONLY for r in rows):
+                self.say(
+                    "not signalled: gputui has not read that process from /proc, so it cannot check that "
+                    "its pid is still the same process",
+                    "warning",
+                )
             return
         if not plan.entries:
             self.say(plan.note, "warning")

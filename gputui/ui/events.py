@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from gputui import cells
 from gputui.collect.alerts import HUNG, Alerts
 from gputui.collect.dip_causes import ProfileNote, profile_causes
 from gputui.collect.dips import DipDetector
@@ -113,28 +114,36 @@ class EventsScreen(Modal[None]):
     def dips_table(self) -> Table:
         rows = self.groups()[:SHOWN]
         with_job = any(g.job is not None for g in rows)
-        table = Table(box=None, padding=(0, 2), header_style="bold")
+        # A job's label (launcher and pid) is never cut or broken: the "why" wraps instead.
+        label_cells = max((cells.width(g.job.label) for g in rows if g.job is not None), default=0)
+        repeated = any(g.job is not None and len(g.dips) > len(g.gpus) for g in rows)  # a GPU dipped twice
+        table = Table(box=None, padding=(0, 1), header_style="bold")
         columns: tuple[tuple[str, JustifyMethod], ...] = (
             ("time", "left"),
             ("GPU", "right"),
             *((("job", "left"),) if with_job else ()),  # only when a row is a job's group
+            *((("dips", "right"),) if repeated else ()),  # the group's dips, when more than its GPUs
             ("duration", "right"),
             ("depth", "right"),
             ("kind", "left"),
             ("why", "left"),
         )
         for name, justify in columns:
-            # Short values stay on one line: the long "why" (and a job's name) takes the wrapping.
-            table.add_column(name, justify=justify, no_wrap=name not in ("job", "why"))
+            # Short values stay on one line: the long "why" takes the wrapping.
+            table.add_column(
+                name,
+                justify=justify,
+                no_wrap=name != "why",
+                min_width=label_cells if name == "job" else None,
+            )
         for g in rows:
             deepest = g.deepest
             kind = g.kind + (" (now)" if g.ongoing else "")
             job = []
             if with_job:
-                label = g.job.label if g.job is not None else ""
-                if g.job is not None and len(g.dips) > len(g.gpus):  # a GPU dipped twice in the group
-                    label += f", {len(g.dips)} dips"
-                job = [Text(label, no_wrap=True, overflow="ellipsis")]
+                job = [Text(g.job.label if g.job is not None else "", no_wrap=True)]
+            if repeated:
+                job.append(Text(str(len(g.dips)) if len(g.dips) > len(g.gpus) else ""))
             table.add_row(
                 _clock(g.start),
                 compact_gpus(g.gpus),

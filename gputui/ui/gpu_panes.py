@@ -2,7 +2,11 @@
 per GPU with both sparklines. Which one, and how tall the sparklines are, is gputui.ui.layout's call.
 
 The summary line holds more fields than a narrow terminal has room for. Each field has a priority: the
-least useful go first, and a line that lost any ends with `…` (see `fit_fields`).
+least useful go first, and a line that lost any ends with `…` (see `fit_fields`). What explains a number
+goes last: the drop order is `GpuPanes.fields`'s docstring.
+
+Utilization cells show their bucket's mean and memory cells their peak; a time scale sits under the
+panes (`-5m … now`), or before the first line's sparkline in one line per GPU (see gputui.ui.spark).
 
 A MIG-enabled GPU's pane lists its instances, one a row, to the right of its sparklines (which give up
 the room; the pane keeps the height the layout gave it, so the last row says how many did not fit); a
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rich.style import Style
@@ -23,13 +27,16 @@ from gputui.collect.history import History
 from gputui.model import GpuSample, MigInstance, Snapshot, XidEvent
 from gputui.ui import layout as layouts
 from gputui.ui.canvas import Cell, CellCanvas, Line
-from gputui.ui.layout import AUTO, LABEL, Field, GpuLayout, Segment, fit_fields
+from gputui.ui.layout import AUTO, LABEL, LINE_SCALE, Field, GpuLayout, Segment, fit_fields
 from gputui.ui.palette import Palette
-from gputui.ui.spark import BucketSeries, bucket_seconds, draw_rows, view_start
+from gputui.ui.spark import BucketSeries, Keep, axis, bucket_seconds, draw_rows, span_label, view_start
 from gputui.units import NA
 
 FULL_LINES = 3  # a pane with one-row sparklines: summary, util, mem
 PANE_NAME = 22
+# What a pane's name leaves to its fields: UTIL, MEM, temperature and power with its limit (and ` …`) fit a
+# two-column pane of 60 cells (120 columns) with `H100 80GB` as its name.
+PANE_FIELDS = 50
 # The instance column of a MIG GPU's pane: "MIG 1/0 3g.40gb  mem 12.1/39.2G util n/a" on a wide pane,
 # "1/0 3g.40gb  12.1/39G  n/a" on a narrower one (two columns of panes); none below MIG_NARROW_PANE.
 MIG_WIDE, MIG_NARROW = 44, 28
@@ -37,16 +44,24 @@ XID_MARK_S = 3600.0  # an Xid marks its GPU for an hour (the history's span)
 XIDS_KEPT = 256
 MIG_WIDE_PANE, MIG_NARROW_PANE = 110, 60
 MIG_CELL = 20  # "13/0 1g.10gb 0/10G": an instance when more than one share a row
-CHROME_ROWS = 6  # header (2), the panes' bottom margin, the table's header, status line, key bar
-# Most telling first: two thermal reasons must not be the ones a narrow line loses.
+CHROME_ROWS = 5  # header (2), the table's header, status line, key bar (the time scale is the panes')
+# Most telling first: two thermal reasons must not be the ones a narrow line loses. Each with its short
+# form: `⚠ thermal` says why for both thermal reasons in 9 cells.
 _REASONS = {
-    "hw_thermal": "HW thermal",
-    "sw_thermal": "thermal",
-    "hw_slowdown": "HW slowdown",
-    "hw_power_brake": "power brake",
-    "sw_power_cap": "power cap",
-    "sync_boost": "sync boost",
+    "hw_thermal": ("HW thermal", "thermal"),
+    "sw_thermal": ("thermal", "thermal"),
+    "hw_slowdown": ("HW slowdown", "slowdown"),
+    "hw_power_brake": ("power brake", "power"),
+    "sw_power_cap": ("power cap", "power"),
+    "sync_boost": ("sync boost", "sync"),
 }
+# Drop order (priority: the highest goes first; 0 is never dropped, only shortened). See `fields`.
+P_MODES, P_ECC_OK, P_NVLINK, P_PSTATE, P_PCIE, P_FAN, P_CLOCK, P_EXTRA = 13, 12, 11, 10, 9, 8, 7, 6
+P_SHORTER = 5  # power without its limit; the throttle reasons in their short form
+P_POWER = 4
+P_MEM_DECIMALS = 3  # MEM 74.3/79.6G → MEM 74/80G; a one-line MIG GPU's busiest instance
+P_TEMP = 2
+P_WHY = 1  # throttle reasons, health: kept longest, in their shortest telling form; then a bare ⚠ / ✖
 
 
 @dataclass
@@ -79,9 +94,40 @@ def short_name(name: str | None) -> str:
     return (name or NA).removeprefix("NVIDIA ").removeprefix("Tesla ")
 
 
+def fit_name(name: str, width: int) -> str:
+    """`name` in `width` cells, padded: whole words from the left first (`H100 80GB HBM3` → `H100 80GB`:
+    the memory type is what says least), cut with `…` only when one word is too long."""
+    words = name.split(" ")
+    while len(words) > 1 and cells.width(" ".join(words)) > width:
+        words.pop()
+    return cells.pad(" ".join(words), width)
+
+
 def throttled(g: GpuSample) -> list[str]:
     reasons = set(g.throttle_reasons or ())
-    return [label for key, label in _REASONS.items() if key in reasons]
+    return [full for key, (full, _) in _REASONS.items() if key in reasons]
+
+
+def throttle_variants(g: GpuSample) -> list[str]:
+    """The throttle reasons from all of them to `⚠` alone, each shorter than the one before: `⚠ HW
+    thermal, thermal`, `⚠ HW thermal +1`, `⚠ thermal`, `⚠`. Empty: not throttled."""
+    reasons = set(g.throttle_reasons or ())
+    full = [f for key, (f, _) in _REASONS.items() if key in reasons]
+    short = list(dict.fromkeys(s for key, (_, s) in _REASONS.items() if key in reasons))
+    if not full:
+        return []
+    forms = [
+        ", ".join(full[:k]) + (f" +{len(full) - k}" if k < len(full) else "") for k in range(len(full), 0, -1)
+    ]
+    forms += [
+        ", ".join(short[:k]) + (f" +{len(short) - k}" if k < len(short) else "")
+        for k in range(len(short), 0, -1)
+    ]
+    out: list[str] = []
+    for text in sorted(dict.fromkeys("⚠ " + f for f in forms), key=cells.width, reverse=True):
+        if not out or cells.width(text) < cells.width(out[-1]):
+            out.append(text)
+    return [*out, "⚠"]
 
 
 class GpuPanes(CellCanvas):
@@ -189,7 +235,8 @@ class GpuPanes(CellCanvas):
     def _new_track(self, index: int) -> _Track:
         capacity = 4 * max(self.gpu_layout.column_widths[0], 80)  # buckets: several screens' worth
         bucket = self._bucket_s or 5.0
-        track = _Track(BucketSeries(bucket, capacity), BucketSeries(bucket, capacity))
+        # Utilization at its mean level (its dips are marked apart), memory at its peak: what OOMs.
+        track = _Track(BucketSeries(bucket, capacity, Keep.MEAN), BucketSeries(bucket, capacity, Keep.PEAK))
         h = self.history.gpus.get(index)
         if h is not None:
             track.util.extend(zip(h.times, h.util, strict=True))
@@ -245,10 +292,25 @@ class GpuPanes(CellCanvas):
             return []
         lay = self.gpu_layout
         if lay.kind == "lines":
-            return [self._gpu_line(g, self._tracks.get(g.index)) for g in snap.gpus]
+            return [
+                self._gpu_line(g, self._tracks.get(g.index), first=k == 0) for k, g in enumerate(snap.gpus)
+            ]
         if lay.columns == 1:
-            return [ln for g in snap.gpus for ln in self._pane(g, self._tracks.get(g.index), width)]
-        return self._two_columns(snap.gpus, lay.column_widths)
+            panes = [ln for g in snap.gpus for ln in self._pane(g, self._tracks.get(g.index), width)]
+            return [*panes, self._axis(width)]
+        return [*self._two_columns(snap.gpus, lay.column_widths), self._axis(*lay.column_widths)]
+
+    def _axis(self, *widths: int) -> Line:
+        """The time scale under each column's sparklines: `-5m … -1m  now`, from the bucket and the
+        width, so it says what the cells cover at every zoom. (A MIG pane's sparklines are shorter: its
+        instances take the right; its cells are the same size, so the scale's left end is further back
+        than its own.)"""
+        line = Line()
+        for w in widths:
+            spark_w = max(1, w - LABEL)
+            part = Line().add(" " * LABEL).add(axis(spark_w, self._bucket_s or 5.0), self.palette.dim)
+            line.cells += part.fit(w)
+        return line
 
     def _two_columns(self, gpus: tuple[GpuSample, ...], widths: tuple[int, ...]) -> list[Line]:
         """GPUs down the left column first, then the right (index order reads top to bottom)."""
@@ -274,15 +336,16 @@ class GpuPanes(CellCanvas):
 
     def _title(self, g: GpuSample, name_width: int) -> Segment:
         marker = "▶" if g.index == self.selected_gpu else " "
-        return (f"{marker}{g.index:>2} {cells.pad(short_name(g.name), name_width)} ", self.palette.title)
+        return (f"{marker}{g.index:>2} {fit_name(short_name(g.name), name_width)} ", self.palette.title)
 
     def _pane(self, g: GpuSample, track: _Track | None, width: int) -> list[Line]:
         p = self.palette
         rows = self.gpu_layout.spark_rows
         mig_w = _mig_column(g, width)
         mig_rows = self._mig_rows(g, 2 * rows, mig_w - 1) if mig_w else []
-        # Both columns of panes line up: the name's room comes from the first column's width.
-        name_w = max(4, min(PANE_NAME, self._names, self.gpu_layout.column_widths[0] // 4))
+        # Both columns of panes line up: the name's room comes from the first column's width, and what
+        # the fields need first (a narrow pane's name keeps its first words: `H100 80GB`).
+        name_w = max(4, min(PANE_NAME, self._names, self.gpu_layout.column_widths[0] - PANE_FIELDS))
         title = self._title(g, name_w)
         head = Line()
         if g.lost:
@@ -376,10 +439,13 @@ class GpuPanes(CellCanvas):
             out.append(_cut_to(row, width))
         return out
 
-    def _gpu_line(self, g: GpuSample, track: _Track | None) -> Line:
+    def _gpu_line(self, g: GpuSample, track: _Track | None, first: bool = False) -> Line:
         p = self.palette
         lay = self.gpu_layout
         line = Line().add(*self._title(g, lay.name_width))
+        # How far back both sparklines reach, said once, before the first line's (the right end is now).
+        scale = span_label(self._bucket_s or 5.0, lay.spark_width) if first else ""
+        line.add(cells.pad(scale, LINE_SCALE - 1, right=True) + " ", p.dim)
         if g.lost:
             room = (
                 lay.spark_width
@@ -423,42 +489,56 @@ class GpuPanes(CellCanvas):
     def fields(self, g: GpuSample) -> list[Field]:
         """The pane's summary line after the title, each field with its priority (0 kept longest).
 
+        What explains a number is kept longest, so a narrow line gives way in this order (first to go
+        first): compute/persistence modes, `ECC ok`, NVLink, P-state, PCIe, fan, SM clock, ENC/DEC and the
+        MIG count; then the long form of the throttle reasons (`⚠ HW thermal, thermal` → `⚠ thermal`) and
+        the power limit (`631/700W` → `631W`); the power; the memory's decimals (`74.3/79.6G` →
+        `74/80G`); the temperature; and last the throttle reasons and health warnings, down to a bare
+        `⚠` / `✖`. UTIL and MEM are never dropped. At 120 columns (two columns of panes, 60 cells) a
+        throttled GPU reads `UTIL  14%  MEM 74.3/79.6G   91°C  ⚠ thermal …`.
+
         Display order: the fields every tick has first, then the ones that come and go (throttle reasons,
         ENC/DEC, ECC errors), so that one appearing does not move the others: over SSH every moved cell
         is repainted."""
         p = self.palette
         busy = self._busy(g)
+        mem_style = p.mem_style(g.mem_percent)
         out = [
             Field.of(0, ("UTIL ", p.dim), (_pct(g.util_gpu), p.util_style(busy)(g.util_gpu))),
-            Field.of(0, ("  MEM ", p.dim), (_mem(g), p.mem_style(g.mem_percent))),
-            Field.of(1, ("  ", p.dim), (_num(g.temperature, "°C", 3), p.temp_style(g.temperature))),
-            Field(2, tuple((("  ", p.dim), (text, p.power_style(g))) for text in _power(g))),
+            Field(
+                0,
+                tuple((("  MEM ", p.dim), (text, mem_style)) for text in _mems(g)),
+                (P_MEM_DECIMALS,) * (len(_mems(g)) - 1),
+            ),
+            Field.of(P_TEMP, ("  ", p.dim), (_num(g.temperature, "°C", 3), p.temp_style(g.temperature))),
+            _shortening(
+                P_POWER, P_SHORTER, [(("  ", p.dim), (text, p.power_style(g))) for text in _power(g)]
+            ),
         ]
         if g.mig_mode:  # steady, so among the first; the instances themselves are beside the sparklines
             n = len(g.mig)
-            out.append(Field.of(5, ("  MIG ", p.dim), (f"{n} instance{'s' if n != 1 else ''}", p.plain)))
+            out.append(
+                Field.of(P_EXTRA, ("  MIG ", p.dim), (f"{n} instance{'s' if n != 1 else ''}", p.plain))
+            )
         if g.fan is not None:
-            out.append(Field.of(6, ("  FAN ", p.dim), (f"{g.fan:>3}%", p.plain)))
-        out.append(Field.of(7, ("  SM ", p.dim), (_num(g.sm_clock, " MHz", 4), p.plain)))
-        out.append(Field.of(9, ("  ", p.dim), (f"P{g.pstate}" if g.pstate is not None else NA, p.plain)))
+            out.append(Field.of(P_FAN, ("  FAN ", p.dim), (f"{g.fan:>3}%", p.plain)))
+        out.append(Field.of(P_CLOCK, ("  SM ", p.dim), (_num(g.sm_clock, " MHz", 4), p.plain)))
+        out.append(
+            Field.of(P_PSTATE, ("  ", p.dim), (f"P{g.pstate}" if g.pstate is not None else NA, p.plain))
+        )
         if g.pcie_rx is not None or g.pcie_tx is not None:
-            out.append(Field.of(8, ("  PCIe ", p.dim), (_rates(g.pcie_rx, g.pcie_tx), p.plain)))
+            out.append(Field.of(P_PCIE, ("  PCIe ", p.dim), (_rates(g.pcie_rx, g.pcie_tx), p.plain)))
         if g.nvlink_rx is not None or g.nvlink_tx is not None:
-            out.append(Field.of(10, ("  NVLink ", p.dim), (_rates(g.nvlink_rx, g.nvlink_tx), p.plain)))
+            out.append(Field.of(P_NVLINK, ("  NVLink ", p.dim), (_rates(g.nvlink_rx, g.nvlink_tx), p.plain)))
         if g.ecc_errors == 0:
-            out.append(Field.of(11, ("  ECC ok", p.dim)))
+            out.append(Field.of(P_ECC_OK, ("  ECC ok", p.dim)))
         modes = _modes(g)
         if modes:
-            out.append(Field.of(12, ("  " + modes, p.dim)))
+            out.append(Field.of(P_MODES, ("  " + modes, p.dim)))
         if health := self._health_mark(g, "  "):
             out.append(health)
-        reasons = throttled(g)
-        if reasons:  # the most telling reasons first; a narrow line keeps the first and counts the rest
-            variants = [
-                "  ⚠ " + ", ".join(reasons[:k]) + (f" +{len(reasons) - k}" if k < len(reasons) else "")
-                for k in range(len(reasons), 0, -1)
-            ]
-            out.append(Field(4, tuple(((text, p.warning),) for text in variants)))
+        if reasons := self._reasons(g, "  "):
+            out.append(reasons)
         if g.enc_util or g.dec_util:
             enc_dec = (
                 ("  ENC ", p.dim),
@@ -466,8 +546,18 @@ class GpuPanes(CellCanvas):
                 (" DEC ", p.dim),
                 (_pct(g.dec_util), p.plain),
             )
-            out.append(Field.of(5, *enc_dec))
+            out.append(Field.of(P_EXTRA, *enc_dec))
         return out
+
+    def _reasons(self, g: GpuSample, gap: str) -> Field | None:
+        """The throttle reasons: the long forms give way early, the short telling one (`⚠ thermal`) is
+        kept longest, then `⚠` alone."""
+        variants = throttle_variants(g)
+        if not variants:
+            return None
+        style = self.palette.warning
+        steps = (P_SHORTER,) * (len(variants) - 2) + (P_WHY,)
+        return Field(P_WHY, tuple(((gap + text, style),) for text in variants), steps)
 
     def _health_mark(self, g: GpuSample, gap: str) -> Field | None:
         """The worst of the GPU's health problems (Xid, ECC, row remapping, PCIe link), and how many more:
@@ -478,28 +568,35 @@ class GpuPanes(CellCanvas):
         worst = found[0]
         glyph, style = ("✖", self.palette.error) if worst.severity == ERROR else ("⚠", self.palette.warning)
         more = f" +{len(found) - 1}" if len(found) > 1 else ""
-        return Field(3, (((f"{gap}{glyph} {worst.short}{more}", style),), ((f"{gap}{glyph}", style),)))
+        return Field(P_WHY, (((f"{gap}{glyph} {worst.short}{more}", style),), ((f"{gap}{glyph}", style),)))
 
     def line_extras(self, g: GpuSample) -> list[Field]:
-        """What a one-line GPU shows after its memory: the same priorities, the same steady-first order."""
+        """What a one-line GPU shows after its memory: the same priorities, the same steady-first order
+        (` 91°C 631/700W ⚠ thermal`)."""
         p = self.palette
+        power = [((" " + text, p.power_style(g)),) for text in _power(g)]
         out = [
-            Field.of(1, (" " + _num(g.temperature, "°C", 3), p.temp_style(g.temperature))),
-            Field.of(2, (" " + _num(g.power, "W", 4), p.power_style(g))),
+            Field.of(P_TEMP, (" " + _num(g.temperature, "°C", 3), p.temp_style(g.temperature))),
+            _shortening(P_POWER, P_SHORTER, power),
         ]
         if g.fan is not None:
-            out.append(Field.of(6, (f" FAN{g.fan:>3}%", p.plain)))
+            out.append(Field.of(P_FAN, (f" FAN{g.fan:>3}%", p.plain)))
         if g.pcie_rx is not None or g.pcie_tx is not None:
-            out.append(Field.of(8, (" PCIe " + _rates(g.pcie_rx, g.pcie_tx), p.plain)))
+            out.append(Field.of(P_PCIE, (" PCIe " + _rates(g.pcie_rx, g.pcie_tx), p.plain)))
         if health := self._health_mark(g, " "):
             out.append(health)
-        if throttled(g):
-            out.append(Field.of(4, (" ⚠", p.warning)))
+        if reasons := self._reasons(g, " "):
+            out.append(reasons)
         if g.enc_util or g.dec_util:
-            out.append(Field.of(5, (f" ENC{_pct(g.enc_util)} DEC{_pct(g.dec_util)}", p.plain)))
+            out.append(Field.of(P_EXTRA, (f" ENC{_pct(g.enc_util)} DEC{_pct(g.dec_util)}", p.plain)))
         if g.mig_mode:
             out.insert(0, _mig_summary(g, p))  # first: what a one-line MIG GPU is made of
         return out
+
+
+def _shortening(priority: int, shorten: int, variants: Sequence[tuple[Segment, ...]]) -> Field:
+    """A field whose every shorter form is taken at `shorten`, and which is dropped at `priority`."""
+    return Field(priority, tuple(variants), (shorten,) * (len(variants) - 1))
 
 
 def _mig_column(g: GpuSample, width: int) -> int:
@@ -570,6 +667,13 @@ def _mem(g: GpuSample) -> str:
     return f"{used:>4.1f}/{total:.1f}G"
 
 
+def _mems(g: GpuSample) -> tuple[str, ...]:
+    """The memory to a tenth of a GiB, then to a GiB (`74/80G`: for a narrow line)."""
+    if g.mem_used is None or g.mem_total is None:
+        return (_mem(g),)
+    return (_mem(g), f"{g.mem_used / 2**30:>2.0f}/{g.mem_total / 2**30:.0f}G")
+
+
 def _mem_short(g: GpuSample) -> str:
     if g.mem_used is None or g.mem_total is None:
         return f"{NA:>8}"
@@ -609,7 +713,7 @@ def _power(g: GpuSample) -> tuple[str, ...]:
     """The draw and its limit, then the draw alone (for a narrow line)."""
     if g.power is None:
         return (f"{NA:>4}",)
-    draw = f"{g.power:>3.0f} W"
+    draw = f"{g.power:>3.0f}W"
     if g.power_limit is None:
         return (draw,)
-    return (f"{g.power:>3.0f}/{g.power_limit:.0f} W", draw)
+    return (f"{g.power:>3.0f}/{g.power_limit:.0f}W", draw)

@@ -28,12 +28,14 @@ from textual.widgets import Button, Checkbox, RadioButton, RadioSet, Static
 
 from gputui.cells import pad, width
 from gputui.collect import signals
+from gputui.collect.classify import estimated
 from gputui.collect.signals import Target
 from gputui.model import HostProcess, ProcessRow, Snapshot
 from gputui.ui.dip_groups import compact_gpus
 from gputui.ui.kill_plan import Entry, KillPlan, Process, Summary, job_share, plan_kill
-from gputui.ui.process_rows import NO_JOB, TableRow
+from gputui.ui.process_rows import NO_JOB, UNACCOUNTED, TableRow
 from gputui.ui.screens import MODAL_CSS, Modal
+from gputui.ui.wrap import wrap_cells
 from gputui.units import NA, fmt_bytes, printable
 
 __all__ = [
@@ -88,8 +90,19 @@ def plan_rows(rows: Sequence[TableRow], snapshot: Snapshot | None) -> KillPlan |
     chosen: list[Process] = []
     left_out: list[str] = []
     user: str | None = None
+    estimates: dict[int, int] = {}
+    said: list[str] = []
     for row in rows:
-        if row.members:
+        if row.kind == UNACCOUNTED and row.leftover is not None:
+            left = row.leftover
+            if not left.holders:
+                left_out.append(no_holder_text(left.gpu, left.memory))
+                continue
+            chosen += left.holders
+            if left.share is not None:
+                estimates.update(dict.fromkeys((p.pid for p in left.holders), left.share))
+            said.append(estimated_text(left.gpu, left.memory, len(left.holders)))
+        elif row.members:
             share = job_share(row.members)
             chosen += share.kept
             left_out += [share.note] if share.note else []
@@ -100,9 +113,31 @@ def plan_rows(rows: Sequence[TableRow], snapshot: Snapshot | None) -> KillPlan |
     if not chosen:
         return KillPlan((), {}, (), False, tuple(left_out), ()) if left_out else None
     plan = plan_kill(
-        chosen, snapshot, signals.protected(), signals.describe, descendants=live_descendants, user=user
+        chosen,
+        snapshot,
+        signals.protected(),
+        signals.describe,
+        descendants=live_descendants,
+        user=user,
+        estimates=estimates,
     )
-    return replace(plan, left_out=" ".join(left_out))
+    return replace(plan, left_out=" ".join(left_out), estimated=" ".join(said))
+
+
+def no_holder_text(gpu: int, memory: int) -> str:
+    return (
+        f"GPU {gpu}'s {fmt_bytes(memory)} unaccounted: no likely holder to signal (no orphan or child of "
+        f"a defunct process here holds /dev/nvidia{gpu}; it may be another container's process, or the "
+        "driver's)."
+    )
+
+
+def estimated_text(gpu: int, memory: int, holders: int) -> str:
+    return (
+        f"Estimated holders of GPU {gpu}'s {fmt_bytes(memory)} unaccounted memory ({holders}): each holds "
+        f"/dev/nvidia{gpu} and NVML lists no memory for it. That the memory is theirs is likely, not "
+        "known: NVML says how much is in use, not whose."
+    )
 
 
 def live_descendants(pids: Collection[int]) -> list[HostProcess]:
@@ -126,30 +161,6 @@ def live_descendants(pids: Collection[int]) -> list[HostProcess]:
 
 _HEADERS = ("PID", "USER", "CLASS", "GPU MEM")
 _USER_CELLS = 12  # a longer user name is cut: the command matters more
-
-
-def wrap_cells(text: str, cells: int) -> list[str]:
-    """`text` in lines of at most `cells` terminal cells, broken after a space where one is near (a
-    command's arguments stay whole), never inside a wide character."""
-    if cells <= 0:
-        return [text]
-    lines: list[str] = []
-    line, used, last_space = "", 0, -1
-    for ch in text:
-        w = width(ch)
-        if used + w > cells and line:
-            if 0 <= last_space < len(line) - 1 and last_space >= len(line) // 2:
-                lines.append(line[: last_space + 1].rstrip())
-                line = line[last_space + 1 :]
-            else:
-                lines.append(line)
-                line = ""
-            used, last_space = width(line), line.rfind(" ")
-        line += ch
-        used += w
-        if ch == " ":
-            last_space = len(line) - 1
-    return [*lines, line] if line or not lines else lines
 
 
 def _grid_lines(entries: list[Entry], cells: int) -> list[str]:
@@ -263,7 +274,10 @@ def summary_text(summary: Summary) -> str:
     if summary.others:
         kinds.append(_n(summary.others, "other", "others"))
     gpus = compact_gpus(summary.gpus)
-    if summary.memory_unknown and summary.memory:
+    if summary.estimated:  # likely holders NVML lists no memory for: never added to a measured amount
+        measured = f"{fmt_bytes(summary.memory)} of GPU memory + " if summary.memory else ""
+        memory = f"{measured}{estimated(summary.estimated)} estimated (unaccounted memory it likely holds)"
+    elif summary.memory_unknown and summary.memory:
         memory = f"at least {fmt_bytes(summary.memory)} of GPU memory"
     elif summary.memory_unknown:
         memory = "GPU memory unknown"
@@ -375,6 +389,8 @@ class KillScreen(Modal[KillRequest | None]):
             yield self.title_line
             yield self.summary_line
             yield self.others_line
+            if self.plan.estimated:  # before the list: they are only likely holders
+                yield Static(Text(self.plan.estimated, style="bold yellow"), id="kill-estimated")
             if self.plan.left_out:
                 yield Static(Text(self.plan.left_out, style="yellow"), id="kill-left-out")
             yield self.grid

@@ -11,9 +11,10 @@ again when the user confirms.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gputui.collect.classify import estimated
 from gputui.collect.signals import Outcome, Protected, Target, same_start
 from gputui.model import HostProcess, ProcessRow, Snapshot
 from gputui.units import NA, fmt_bytes, printable
@@ -53,6 +54,7 @@ class Entry:
     role: str = OTHER
     gpus: tuple[int, ...] = ()  # the GPUs it is on: in NVML's lists, or holding the device file
     memory_bytes: int | None = 0  # its GPU memory (NVML's, summed over its GPUs); None: unknown
+    estimate: int = 0  # a likely holder's estimated share of its GPU's unaccounted memory (not NVML's)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Summary:
     memory_unknown: int  # ranks whose memory is not known
     users: tuple[str, ...]
     foreign: tuple[tuple[str, int], ...]  # (user, processes) of users other than the plan's, most first
+    estimated: int = 0  # unaccounted memory its likely holders are estimated to hold, summed
 
     @property
     def foreign_count(self) -> int:
@@ -89,6 +92,8 @@ class KillPlan:
     tree: dict[int, tuple[int, ...]] = field(default_factory=dict)
     user: str | None = None  # whose kill this is: the highlighted process's user, or the job's
     left_out: str = ""  # what a job's kill leaves out (processes of other users), and why
+    # An unaccounted row's kill: that its processes are only its likely holders, and why.
+    estimated: str = ""
 
     @property
     def note(self) -> str:
@@ -134,6 +139,7 @@ class KillPlan:
             memory_unknown=sum(1 for e in entries if e.memory_bytes is None),
             users=tuple(sorted({e.user for e in entries})),
             foreign=tuple(sorted(foreign.items(), key=lambda kv: (-kv[1], kv[0]))),
+            estimated=sum(e.estimate for e in entries),
         )
 
 
@@ -144,6 +150,7 @@ def plan_kill(
     lookup: Lookup | None = None,
     descendants: Descendants | None = None,
     user: str | None = None,
+    estimates: Mapping[int, int] | None = None,
 ) -> KillPlan:
     """What `k` on the `chosen` rows (the highlighted one, or every tagged one) would do.
 
@@ -152,7 +159,9 @@ def plan_kill(
     `descendants` reads the live descendants of the offered processes that are still the ones chosen
     (their start time unchanged): the children a signal would reach are those, with the snapshot's.
     `user`: whose kill this is (the highlighted row's user; a job's user); by default the first
-    chosen process's. The dialog says how many processes of other users the signal would reach."""
+    chosen process's. The dialog says how many processes of other users the signal would reach.
+    `estimates`: by pid, the share of its GPU's unaccounted memory a likely holder is estimated to hold
+    (its line shows `~4.8 GiB?` where NVML has none)."""
     known = _known(snapshot)
     rows = _gpu_rows(snapshot, chosen)
     live = _Memo(lookup)
@@ -192,7 +201,11 @@ def plan_kill(
     notes += [f"{pid} is not offered: {why}." for pid, why in skipped.items()]
 
     def entry(p: Process, category: str) -> Entry:
-        return _entry(p, category, rows.get(p.pid, ()), _role(p, known, ranks, rows))
+        made = _entry(p, category, rows.get(p.pid, ()), _role(p, known, ranks, rows))
+        share = (estimates or {}).get(p.pid)
+        if share is not None and made.memory_bytes == 0:  # NVML lists no memory for it
+            return replace(made, memory=estimated(share), estimate=share)
+        return made
 
     entries = tuple(entry(p, category) for p, category in offered.values())
     family = {pid: _descendant_entry(known[pid], entry) for kids in children.values() for pid in kids}
@@ -435,32 +448,48 @@ def job_share(members: Sequence[ProcessRow]) -> JobShare:
 # -- outcomes ----------------------------------------------------------------------------------------
 
 
+QUIET_PIDS = 6  # a group that needs nothing done (gone, sent) names this many pids, then counts the rest
+
+
 def describe_outcomes(outcomes: Sequence[Outcome], final: bool) -> tuple[str, bool]:
-    """The status line for what a signal did, naming every PID ("gone: 4242, 4243; still alive:
-    4244"), and whether it is a warning (something was refused, not permitted, or outlived it)."""
+    """The status line for what a signal did, and whether it is a warning (something was refused, not
+    permitted, or outlived it). What needs the user comes first, each of its PIDs named, with what to do
+    ("still alive: 4244 — press K to send SIGKILL"); then what went as asked, a long list counted
+    ("gone: 12 (4101, 4102, 4103, 4104, 4105, 4106, …)"): a narrow terminal cuts the end, never the news."""
     if not outcomes:
         return "", False
     bad = any(o.result in ("refused", "permission denied", "still alive") for o in outcomes)
     if len(outcomes) == 1:
         text = str(outcomes[0])
+        if final and outcomes[0].result == "still alive":
+            text += _PRESS_K
     else:
-        text = f"{outcomes[0].signal} → {len(outcomes)} processes: " + "; ".join(_groups(outcomes))
-    if final and any(o.result == "still alive" for o in outcomes):
-        text += " — press K to send SIGKILL"
+        text = f"{outcomes[0].signal} → {len(outcomes)} processes: " + "; ".join(_groups(outcomes, final))
     return text, bad
 
 
-def _groups(outcomes: Iterable[Outcome]) -> list[str]:
+_PRESS_K = " — press K to send SIGKILL"
+_NEEDS_YOU = ("still alive", "permission denied", "refused")
+
+
+def _groups(outcomes: Iterable[Outcome], final: bool) -> list[str]:
     by_result: dict[str, list[Outcome]] = {}
     for o in outcomes:
         by_result.setdefault(o.result, []).append(o)
-    order = [r for r in _RESULT_NAMES if r in by_result] + [r for r in by_result if r not in _RESULT_NAMES]
+    named = [*_NEEDS_YOU, *(r for r in _RESULT_NAMES if r not in _NEEDS_YOU)]
+    order = [r for r in named if r in by_result] + [r for r in by_result if r not in named]
     parts = []
     for result in order:
         group = by_result[result]
-        pids = ", ".join(str(o.target.pid) for o in group)
-        part = f"{_RESULT_NAMES.get(result, result)}: {pids}"
+        pids = [str(o.target.pid) for o in group]
+        if result not in _NEEDS_YOU and len(pids) > QUIET_PIDS:
+            shown = f"{len(pids)} ({', '.join(pids[:QUIET_PIDS])}, …)"
+        else:
+            shown = ", ".join(pids)
+        part = f"{_RESULT_NAMES.get(result, result)}: {shown}"
         if result == "refused":  # why matters: gputui itself, a reused PID, ...
             part += " (" + "; ".join(dict.fromkeys(o.detail for o in group if o.detail)) + ")"
+        if result == "still alive" and final:
+            part += _PRESS_K
         parts.append(part)
     return parts

@@ -2,9 +2,12 @@
 
 Three kinds, richest first:
 - ``panes``: one pane per GPU, one above the other: a summary line, then util and memory sparklines
-  of ``spark_rows`` rows each (taller when there is room: 1-4 GPUs on a tall terminal).
-- ``columns``: the same panes, two side by side (8 GPUs at 120x40).
-- ``lines``: one line per GPU with a util *and* a memory sparkline (16 GPUs, short terminals).
+  of ``spark_rows`` rows each (taller when there is room: 1-4 GPUs on a tall terminal), and under the
+  last pane a time scale (``-5m … now``), on the row that separates the GPU area from the table.
+- ``columns``: the same panes, two side by side (8 GPUs at 120x40), a time scale under each column.
+- ``lines``: one line per GPU with a util *and* a memory sparkline (16 GPUs, short terminals); no row
+  of its own for the scale or a margin (8 GPUs at 80x24 leave the table 11 rows: every rank of an
+  8-GPU job), the first line says how far back its sparklines reach (``-5m``) before them.
 
 The process table is what people come for, so panes get at most about two fifths of the rows shared
 with it (`GPU_SHARE`) and leave the table at least `MIN_TABLE_ROWS`; one line per GPU is the fallback
@@ -29,16 +32,20 @@ GPU_SHARE = 0.4  # of the rows shared with the process table
 MIN_TABLE_ROWS = 10
 MAX_SPARK_ROWS = 4
 LABEL = 8  # "    util" before a pane's sparkline
+AXIS_ROWS = 1  # the time scale under the panes (where a margin was)
 GAP = 0  # between two columns of panes: each pane starts with a blank (its selection marker)
 MIN_PANE_WIDTH = 56  # a pane narrower than this shows little but its sparklines: use lines
 MIN_SPARK = 8
-# One line per GPU: "▶ 0 " + name + " " | util spark | " 100%" | " " mem spark | " 100/100G" | extras
+# One line per GPU: "▶ 0 " + name + " " | "-15m " | util spark | " 100%" | " " mem spark | " 100/100G" |
+# extras
 LINE_TITLE = 5  # marker, two-digit index, spaces around the name
+LINE_SCALE = 5  # "-15m ": how far back the sparklines reach (on the first line; blank on the others)
 LINE_UTIL = 5  # " 100%"
 LINE_MEM = 10  # "  80/80G" and the space before the mem sparkline
-LINE_EXTRAS = 16  # " 65°C  300W ⚠ …"; a wide line gives more (fan, PCIe), up to MAX_LINE_EXTRAS
+LINE_EXTRAS = 18  # " 91°C ⚠ thermal …"; a wide line gives more (power, fan, PCIe), up to MAX_LINE_EXTRAS
 MAX_LINE_EXTRAS = 40
-MIN_NAME = 8
+MIN_NAME = 9  # "H100 80GB": a name gives way, to this, before the sparklines get under LINE_SPARK
+LINE_SPARK = 14
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,7 @@ class GpuLayout:
     spark_rows: int  # rows of each sparkline
     spark_width: int  # cells of the util sparkline (of the first column for panes)
     mem_spark_width: int  # cells of the memory sparkline
-    height: int  # rows the GPU area takes
+    height: int  # rows the GPU area takes (with the time scale's row, if any)
     name_width: int  # cells for the GPU's name on a `lines` line
     extras_width: int  # cells after the memory value on a `lines` line (temperature, power, ...)
 
@@ -57,9 +64,14 @@ class GpuLayout:
     def rows_per_gpu(self) -> int:
         return 1 if self.kind == "lines" else 1 + 2 * self.spark_rows
 
+    @property
+    def axis_rows(self) -> int:
+        """The time scale's row under the panes; one line per GPU has none (its first line says)."""
+        return 0 if self.kind == "lines" else AXIS_ROWS
+
 
 def pane_height(n_gpus: int, columns: int, spark_rows: int) -> int:
-    return math.ceil(n_gpus / columns) * (1 + 2 * spark_rows)
+    return math.ceil(n_gpus / columns) * (1 + 2 * spark_rows) + AXIS_ROWS
 
 
 def _split(width: int, columns: int) -> tuple[int, ...]:
@@ -87,11 +99,15 @@ def _area(layout: GpuLayout) -> int:
 
 
 def _lines(n_gpus: int, width: int, name_width: int) -> GpuLayout:
-    """One line per GPU; the two sparklines share what the text leaves, the name and extras give way first."""
+    """One line per GPU; the two sparklines share what the text leaves. The name gives way first (to
+    MIN_NAME: `H100 80GB`), so that the extras keep room for the temperature and a throttle reason;
+    on a very narrow line the extras, then the rest of the name."""
     name = max(1, name_width)
     extras = min(MAX_LINE_EXTRAS, LINE_EXTRAS + max(0, (width - 160) // 2))
-    fixed = LINE_TITLE + LINE_UTIL + LINE_MEM
-    while width - fixed - name - extras < 2 * MIN_SPARK and (extras > 0 or name > MIN_NAME):
+    fixed = LINE_TITLE + LINE_SCALE + LINE_UTIL + LINE_MEM
+    while width - fixed - name - extras < 2 * LINE_SPARK and name > MIN_NAME:
+        name -= 1
+    while width - fixed - name - extras < 2 * MIN_SPARK and (extras > 0 or name > 1):
         if extras > 0:
             extras = max(0, extras - 1)
         else:
@@ -161,15 +177,27 @@ Segment = tuple[str, Any]  # text and its style (a Rich Style in the UI; anythin
 @dataclass(frozen=True)
 class Field:
     """One item of a summary line. `priority`: 0 is never dropped (only shortened), higher goes first.
-    `variants`: the item from its full form to its shortest; the shortest that fits is used before the
-    item is dropped."""
+    `variants`: the item from its full form to its shortest. `shorten`: the priority of each step from
+    one variant to the next (default: the field's own), so that a field may shorten long before it is
+    dropped (`631/700W` → `631W` before the clocks go) or keep its telling short form long after
+    (`⚠ thermal` outlives the temperature; only then `⚠`)."""
 
     priority: int
     variants: tuple[tuple[Segment, ...], ...]
+    shorten: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        assert not self.shorten or len(self.shorten) == len(self.variants) - 1, self
+        assert self.steps() == sorted(self.steps(), reverse=True), self  # taken in their order
 
     @staticmethod
     def of(priority: int, *segments: Segment) -> Field:
         return Field(priority, (segments,))
+
+    def steps(self) -> list[int]:
+        """The priority of each way it gives room: each shortening, then (unless priority 0) dropping."""
+        shorten = list(self.shorten) or [self.priority] * (len(self.variants) - 1)
+        return shorten + ([self.priority] if self.priority > 0 else [])
 
 
 def segments_width(segments: Sequence[Segment]) -> int:
@@ -177,8 +205,9 @@ def segments_width(segments: Sequence[Segment]) -> int:
 
 
 def fit_fields(fields: Sequence[Field], width: int, ellipsis_style: Any = None) -> list[Segment]:
-    """The fields, in their order, in at most `width` cells: the lowest priority are shortened, then
-    dropped, until the rest fit; a line that lost anything ends with ` …`."""
+    """The fields, in their order, in at most `width` cells: the steps of the highest priority are
+    taken first (each field's shortening, then its dropping; on a tie the later field's first), until
+    the rest fit; a line that lost anything ends with ` …`."""
     # Each variant's width once, and a running total: this runs for every GPU on every tick.
     widths = [[segments_width(v) for v in f.variants] + [0] for f in fields]  # last: dropped
     chosen = [0] * len(fields)  # index into widths[k]; len(variants) = dropped
@@ -186,14 +215,16 @@ def fit_fields(fields: Sequence[Field], width: int, ellipsis_style: Any = None) 
     if total <= width:
         return [s for f in fields for s in f.variants[0]]
     room = width - 2  # " …"
-    for k in sorted(range(len(fields)), key=lambda k: (-fields[k].priority, -k)):
+    steps = sorted(
+        ((p, k, i) for k, f in enumerate(fields) for i, p in enumerate(f.steps())),
+        key=lambda step: (-step[0], -step[1], step[2]),
+    )
+    for _, k, i in steps:
         if total <= room:
             break
-        # A priority-0 field is shortened to its last variant but never dropped.
-        last = len(fields[k].variants) - (1 if fields[k].priority == 0 else 0)
-        while chosen[k] < last and total > room:
-            total -= widths[k][chosen[k]] - widths[k][chosen[k] + 1]
-            chosen[k] += 1
+        if chosen[k] == i:  # (a field's steps are taken in their order)
+            total -= widths[k][i] - widths[k][i + 1]
+            chosen[k] = i + 1
     out = [s for f, i in zip(fields, chosen, strict=True) if i < len(f.variants) for s in f.variants[i]]
     out.append((" …", ellipsis_style))
     return _cut_segments(out, width, ellipsis_style)

@@ -22,22 +22,28 @@ class Palette:
     accent: Style
     header: Style
     cursor: Style
-    dip: Style  # laid over sparkline cells inside a detected dip
+    # Laid over the sparkline cells a detected dip touches: a colour for the glyph only, never a
+    # background. A dip background under a bar of the same hue drew a full block, and the ▼ on it
+    # vanished: NO_COLOR's grey filter and 16-colour terminals map the two to one colour.
+    dip: Style
 
     @classmethod
     def from_theme(cls, theme: Theme) -> Palette:
-        fg = theme.foreground or ("#e0e0e0" if theme.dark else "#202020")
+        fg = _rich(theme.foreground) or ("#e0e0e0" if theme.dark else "#202020")
+        primary = _rich(theme.primary)
+        accent = _rich(theme.accent) or primary
+        error = _rich(theme.error) or "red"
         return cls(
             plain=Style(color=fg),
             dim=Style(color=fg, dim=True),
-            title=Style(color=theme.accent or theme.primary, bold=True),
-            good=Style(color=theme.success or "green"),
-            warning=Style(color=theme.warning or "yellow"),
-            error=Style(color=theme.error or "red", bold=True),
-            accent=Style(color=theme.primary),
-            header=Style(color=theme.accent or theme.primary, bold=True),
-            cursor=Style(color=theme.foreground or "white", bgcolor=theme.primary, bold=True),
-            dip=Style(bgcolor=theme.error or "red"),
+            title=Style(color=accent, bold=True),
+            good=Style(color=_rich(theme.success) or "green"),
+            warning=Style(color=_rich(theme.warning) or "yellow"),
+            error=Style(color=error, bold=True),
+            accent=Style(color=primary),
+            header=Style(color=accent, bold=True),
+            cursor=Style(color=_rich(theme.foreground) or "white", bgcolor=primary, bold=True),
+            dip=Style(color=error, bold=True),
         )
 
     @classmethod
@@ -52,7 +58,7 @@ class Palette:
             Style(color="blue"),
             Style(bold=True),
             Style(reverse=True),
-            Style(bgcolor="red"),
+            Style(color="red", bold=True),
         )
 
     def util_style(self, busy: bool) -> Callable[[float | None], Style]:
@@ -83,3 +89,9 @@ class Palette:
         if g.power_limit and g.power >= 0.97 * g.power_limit:
             return self.warning
         return self.plain
+
+
+def _rich(color: str | None) -> str | None:
+    """A theme's colour as Rich names it: Textual's 16-colour themes (ansi-dark, ansi-light) say
+    `ansi_red`, `ansi_default`, which Rich calls `red`, `default`."""
+    return color.removeprefix("ansi_") if color else None

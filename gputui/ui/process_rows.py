@@ -11,7 +11,7 @@ from rich.console import JustifyMethod
 from rich.style import Style
 from rich.text import Text
 
-from gputui.collect.classify import SUSPICIOUS, UNACCOUNTED_MIN, WORKER
+from gputui.collect.classify import OK, SUSPICIOUS, UNACCOUNTED_MIN, WORKER, Leftover, estimated, leftovers
 from gputui.model import HostProcess, Owner, ProcessRow, Snapshot
 from gputui.ui.canvas import PLAIN
 from gputui.ui.command_line import shorten
@@ -73,6 +73,11 @@ _CATEGORY_STYLES = {
 }
 
 
+# What a row stands for.
+PROCESS, JOB, UNACCOUNTED, AGENT_ONLY = "process", "job", "unaccounted", "agent only"
+NO_GPU = "no-gpu"  # the class of a process that runs the gputui agent and holds no GPU
+
+
 @dataclass(frozen=True)
 class TableRow:
     key: str
@@ -85,6 +90,11 @@ class TableRow:
     rank: str = ""  # a worker shown below its rank: the rank's row key
     lead: int = 0  # characters at the start of COMMAND that stay when it scrolls (fold mark, tree branches)
     members: tuple[ProcessRow, ...] = ()  # a job's row (`J`): its processes, which `k` signals
+    kind: str = PROCESS  # PROCESS, JOB, UNACCOUNTED or AGENT_ONLY
+    # Where the command line starts in the last cell's text (after the lead, a badge or a reason), for
+    # the table to squeeze it (see command_fit); -1: the last cell is no command line.
+    command_at: int = -1
+    leftover: Leftover | None = None  # an unaccounted row's memory and its likely holders
 
 
 @dataclass(frozen=True)
@@ -188,8 +198,10 @@ def build_rows(
         rows = _tree_rows([p for p in procs if id(p) not in folded], snap, view, make)
     else:
         rows = _flat_rows(procs, view, make, workers, folding)
+    if not view.zombies and view.gpu is None:
+        rows += _agent_rows(snap, view, make)
     if not view.filter:
-        rows += _unaccounted_rows(snap, view, styles)
+        rows += _unaccounted_rows(make.leftovers, view, styles)
     cache.turn()
     return rows
 
@@ -287,7 +299,7 @@ def _job_row(
         "cpu": _summed([p.cpu_percent for p in once]),
         "rss": _summed([p.rss for p in once]),
         "time": started,
-        "category": ",".join(suspicious) or "ok",
+        "category": ",".join(suspicious) or None,
         "job": replace(owner, step=None).label if owner else NO_JOB,  # the job, whatever its steps
     }
 
@@ -308,7 +320,7 @@ def _job_row(
             cell("cpu", f"{values['cpu']:.1f}" if values["cpu"] is not None else NA),
             cell("rss", fmt_bytes(values["rss"])),
             cell("time", fmt_duration(now - started) if started else NA),
-            cell("category", values["category"], warn),
+            cell("category", values["category"] or "", warn),  # nothing for ok: it is the usual
             cell("state", ""),
             cell("job", values["job"]),
             Text(
@@ -322,24 +334,55 @@ def _job_row(
         ]
     )
     key = f"job/{owner.kind}/{owner.id}" if owner else f"job/{NO_JOB}"
-    row = TableRow(key, 0, None, None, cells, members=tuple(members))
+    row = TableRow(key, 0, None, None, cells, members=tuple(members), kind=JOB)
     return row, values
 
 
-def _unaccounted_rows(snap: Snapshot, view: View, styles: dict[str, Style]) -> list[TableRow]:
-    """Per GPU: memory in use that no listed process accounts for (a container's processes, a leak)."""
+def _unaccounted_rows(found: dict[int, Leftover], view: View, styles: dict[str, Style]) -> list[TableRow]:
+    """Per GPU: memory in use that no listed process accounts for, and who likely holds it (see
+    classify.Leftover): Enter lists them, `k` offers to signal them."""
     rows = []
-    for gpu, extra in sorted(snap.unaccounted_memory.items()):
-        if extra is None or extra < UNACCOUNTED_MIN or view.gpu not in (None, gpu):
+    for gpu, left in found.items():
+        if view.gpu not in (None, gpu):
             continue
         style = styles.get("warning", PLAIN)
         cells = [Text("", no_wrap=True) for _ in COLUMNS]
         cells[COLUMN_KEYS.index("gpu")] = Text(str(gpu), justify="right")
         cells[COLUMN_KEYS.index("pid")] = Text("-", justify="right")
-        cells[COLUMN_KEYS.index("gpu_mem")] = Text(fmt_bytes(extra), style=style, justify="right")
-        cells[COLUMN_KEYS.index("category")] = Text("unaccounted", style=style)
-        cells[-1] = Text("memory used on this GPU that no listed process accounts for", style=style)
-        rows.append(TableRow(f"{gpu}/unaccounted", 0, None, None, tuple(cells)))
+        cells[COLUMN_KEYS.index("gpu_mem")] = Text(fmt_bytes(left.memory), style=style, justify="right")
+        cells[COLUMN_KEYS.index("category")] = Text(UNACCOUNTED, style=style)
+        cells[-1] = Text(printable(unaccounted_text(left)), style=style)
+        rows.append(
+            TableRow(f"{gpu}/unaccounted", 0, None, None, tuple(cells), kind=UNACCOUNTED, leftover=left)
+        )
+    return rows
+
+
+def unaccounted_text(left: Leftover) -> str:
+    """What the unaccounted row says: who likely holds the memory, or that nothing here does."""
+    if not left.holders:
+        return (
+            "no listed process accounts for it, and no orphan here holds the GPU: another container's "
+            "process, or the driver's"
+        )
+    pids = ", ".join(str(p.pid) for p in left.holders[:4]) + (", …" if len(left.holders) > 4 else "")
+    return f"likely held by {pids} · Enter, k"
+
+
+def _agent_rows(snap: Snapshot, view: View, make: _RowMaker) -> list[TableRow]:
+    """A process that runs the gputui agent but holds no GPU (CPU-only, or CUDA not started yet): a row of
+    its own, so that `a` reaches its panel. Described from the host processes when the sampler read it;
+    else only its pid is known."""
+    on_gpu = {p.pid for p in snap.processes}
+    hosts = {h.pid: h for h in snap.host_processes}
+    rows = []
+    for pid in sorted(set(snap.agents) - on_gpu):
+        host = hosts.get(pid)
+        if host is None and view.filter and view.filter.lower() not in str(pid):
+            continue
+        if host is not None and not matches(host, view.filter):
+            continue
+        rows.append(make.agent_row(pid, host))
     return rows
 
 
@@ -444,6 +487,14 @@ class _RowMaker:
     ) -> None:
         self.snap, self.view, self.styles, self.cache = snap, view, styles, cache
         self.styles_key = tuple(styles.items())
+        self.leftovers = leftovers(snap, UNACCOUNTED_MIN)  # the threshold --once uses too
+        # (GPU, pid) -> the share of its GPU's unaccounted memory a likely holder is estimated to hold
+        self.shares = {
+            (gpu, p.pid): left.share
+            for gpu, left in self.leftovers.items()
+            if left.share is not None
+            for p in left.holders
+        }
         self.workers: dict[str, _Workers] = {}
         for rank_key, ws in workers.items():
             # Each pid once (a worker that holds two GPUs is two rows, one process); the rank's own
@@ -477,10 +528,28 @@ class _RowMaker:
         has_agent = p.pid in self.snap.agents
         with_reason = self.view.zombies and not in_tree
         ws = self.of(p)
-        key = (p, run, branch, rank, ws, has_agent, with_reason, self.styles_key)
+        share = self.shares.get((p.gpu, p.pid)) if isinstance(p, ProcessRow) and p.gpu is not None else None
+        key = (p, run, branch, rank, ws, has_agent, with_reason, self.styles_key, share)
         return self.cache.get(
-            key, lambda: _make_row(p, now, branch, self.styles, has_agent, with_reason, ws, rank)
+            key, lambda: _make_row(p, now, branch, self.styles, has_agent, with_reason, ws, rank, share)
         )
+
+    def agent_row(self, pid: int, host: HostProcess | None) -> TableRow:
+        """A process with the gputui agent and no GPU: see _agent_rows."""
+        if host is not None:
+            made = self.row(host)
+            cells = list(made.cells)
+            cells[COLUMN_KEYS.index("category")] = Text(NO_GPU, no_wrap=True)
+            return replace(made, key=f"agent/{pid}", cells=tuple(cells), kind=AGENT_ONLY)
+        dim = self.styles.get("dim", Style(dim=True))
+        cells = [Text("", no_wrap=True) for _ in COLUMNS]
+        cells[COLUMN_KEYS.index("gpu")] = Text("-", style=dim, justify="right")
+        cells[COLUMN_KEYS.index("pid")] = Text(f"◆{pid}", justify="right")
+        cells[COLUMN_KEYS.index("category")] = Text(NO_GPU)
+        for key in ("user", "cpu", "rss", "time", "state"):
+            cells[COLUMN_KEYS.index(key)] = Text(NA, style=dim, justify=BY_KEY[key].justify)
+        cells[-1] = Text("runs the gputui agent, holds no GPU (a: its allocator panel)", style=dim)
+        return TableRow(f"agent/{pid}", pid, None, None, tuple(cells), kind=AGENT_ONLY)
 
 
 def _make_row(
@@ -492,7 +561,9 @@ def _make_row(
     with_reason: bool,
     workers: _Workers | None = None,
     rank: str = "",
+    share: int | None = None,
 ) -> TableRow:
+    """`share`: the part of its GPU's unaccounted memory it likely holds (an estimate), if any."""
     on_gpu = isinstance(p, ProcessRow)
     dim = styles.get("dim", Style(dim=True))
     invisible = isinstance(p, ProcessRow) and not p.visible
@@ -527,9 +598,18 @@ def _make_row(
                 cell(_pct(p.mem_util), "bw"),
             )
         else:  # holds a device file only: NVML has nothing to say about it
-            nvml = (cell("-", "kinds"), cell("-", "gpu_mem"), cell("-", "sm"), cell("-", "bw"))
+            memory = (  # `~4.8 GiB?`: what it likely holds of its GPU's unaccounted memory
+                cell(estimated(share), "gpu_mem", styles.get("warning", PLAIN))
+                if share is not None
+                else cell("-", "gpu_mem")
+            )
+            nvml = (cell("-", "kinds"), memory, cell("-", "sm"), cell("-", "bw"))
         gpu_cells = (cell(_gpu_text(p), "gpu"), *nvml)
-        category = cell(p.category, "category", styles.get(_CATEGORY_STYLES.get(p.category, ""), PLAIN))
+        category = cell(
+            "" if p.category == OK else p.category,  # ok is the usual: blank, the others stand out
+            "category",
+            styles.get(_CATEGORY_STYLES.get(p.category, ""), PLAIN),
+        )
     else:
         command = shorten(p.command) if p.command else p.command
         gpu_cells = (
@@ -545,6 +625,7 @@ def _make_row(
     folded = workers is not None and workers.folded
     cpu, rss = (workers.cpu, workers.rss) if workers is not None and folded else (p.cpu_percent, p.rss)
     lead = tree_prefix + (workers.mark if workers is not None else "")
+    before, shown = _last_column(p, command, with_reason)
     cells = (
         # ◆: the process runs the gputui agent (`a` opens its allocator panel).
         gpu_cells[0],
@@ -559,13 +640,16 @@ def _make_row(
         cell(_owner_label(p), "job"),
         # Text, never markup: a command line may contain "[/]" or escape sequences.
         Text(
-            lead + printable(_last_column(p, command, with_reason)),
+            lead + before + shown,
             style=dim if invisible or not on_gpu else "",
             no_wrap=True,
         ),
     )
     pids = workers.pids if workers is not None else ()
-    return TableRow(row_key(p), p.pid, p.create_time, p, cells, pids, folded, rank, len(lead))
+    command_at = len(lead) + len(before) if command and not invisible else -1
+    return TableRow(
+        row_key(p), p.pid, p.create_time, p, cells, pids, folded, rank, len(lead), command_at=command_at
+    )
 
 
 def _gpu_text(p: ProcessRow) -> str:
@@ -588,11 +672,11 @@ def forecast_badge(p: ProcessRow | HostProcess) -> str:
     return ""
 
 
-def _last_column(p: ProcessRow | HostProcess, command: str | None, with_reason: bool) -> str:
+def _last_column(p: ProcessRow | HostProcess, command: str | None, with_reason: bool) -> tuple[str, str]:
+    """(what comes before the command line: a badge, or the reason in the zombies view; the command)."""
     reason = getattr(p, "reason", "")
-    if with_reason and reason:
-        return f"{reason} · {command or NA}"
-    return forecast_badge(p) + (command or NA)
+    before = f"{reason} · " if with_reason and reason else forecast_badge(p)
+    return printable(before), printable(command or NA)
 
 
 def _pct(v: int | None) -> str:

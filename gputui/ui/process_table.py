@@ -8,6 +8,12 @@ one line build per visible row and sends only the changed cells.
 The table owns what the user changes in it and what it keeps between builds: which ranks show their
 workers (`f`, `F`), how far COMMAND is scrolled (←/→), which columns are hidden (`c`), and the cache of
 built rows.
+
+Widths: every column but COMMAND is as wide as its header and its widest cell among the rows (up to a
+cap: a long user name is cut, not the command); a column with nothing in any row (CLASS when every
+process is ok) is left out; COMMAND takes the rest. When that rest is under `min_last_width`, columns
+go in _DROP_ORDER. A command line wider than its cell keeps the words that tell it apart from its
+siblings (see command_fit); the highlighted row is said in full in the free rows below (see row_note).
 """
 
 from __future__ import annotations
@@ -22,15 +28,22 @@ from textual.message import Message
 from gputui import cells
 from gputui.model import Snapshot
 from gputui.ui.canvas import PLAIN, Line
+from gputui.ui.command_fit import squeeze, telling_words
 from gputui.ui.cursor_table import CursorTable
 from gputui.ui.process_rows import COLUMNS, Folding, RowCache, TableRow, View, build_rows
+from gputui.ui.row_note import RowNote, note_for, note_lines
 
 _GAP = 1  # spaces between columns
-_MIN_COMMAND = 24
+MIN_COMMAND = 28  # "+3 python -IS demo_train.py": what a row is
 SCROLL_STEP = 8  # cells per ←/→
 # Dropped first when the terminal is too narrow for every column and a readable command line.
 _DROP_ORDER = ("bw", "time", "rss", "kinds", "job", "state", "cpu", "user", "category")
 ALWAYS_SHOWN = frozenset({"pid", "command"})
+# The most cells a column takes, whatever its content (a longer value is cut with …): Column.width,
+# but for these. In the jobs view (J) JOB is what the rows are about.
+_CAPS = {"gpu": 8, "pid": 8, "user": 12, "state": 10, "job": 20}
+_JOB_CAP_IN_JOBS_VIEW = 40
+_NOTE_MIN_ROWS = 2  # a rule and one line: fewer free rows show no note
 
 
 @lru_cache(maxsize=256)
@@ -82,7 +95,7 @@ class ProcessTable(CursorTable):
         self.empty_note = "no GPU processes"
         self.tagged: set[str] = set()
         self.last_label = "COMMAND"
-        self.min_last_width = _MIN_COMMAND
+        self.min_last_width = MIN_COMMAND
         self.header_style = Style(bold=True)
         self.cursor_style = Style(reverse=True)
         self.tag_style = Style(bold=True, underline=True)
@@ -95,6 +108,12 @@ class ProcessTable(CursorTable):
         self._hidden: frozenset[str] = frozenset()
         self._has_owners = False
         self._source: tuple[Snapshot, View, dict[str, Style]] | None = None
+        # The widths the rows' cells need and their commands' telling words, measured once per set of rows.
+        self._measured: list[TableRow] | None = None
+        self._needs: dict[int, int] = {}
+        self._needs_of = False  # whether the widths in _needs are those of the jobs view's rows
+        self._telling: dict[str, frozenset[int]] = {}
+        self.note: RowNote | None = None  # the note under the table, when the app has one
 
     # -- rows ----------------------------------------------------------------------------------------
 
@@ -176,18 +195,56 @@ class ProcessTable(CursorTable):
     def current(self) -> TableRow | None:
         return super().current
 
+    def _measure(self) -> None:
+        """The cells each column's widest value takes among the rows, and the telling words of their
+        command lines: once per new list of rows (a tick), not once per drawing (a cursor move)."""
+        if self._measured is self.rows:
+            return
+        self._measured = self.rows
+        # Widths grow, never shrink back, while the kind of rows stays (processes, or jobs): a CPU% that
+        # goes 99.9 -> 100.0 -> 99.9 would otherwise move every column every tick (and repaint them all).
+        kind = self._source is not None and self._source[1].jobs
+        if kind != self._needs_of:
+            self._needs_of, self._needs = kind, {}
+        needs = {i: self._needs.get(i, 0) for i in range(len(COLUMNS) - 1)}
+        for row in self.rows:
+            for i in needs:
+                text = row.cells[i].plain
+                if text:
+                    needs[i] = max(needs[i], cells.width(text))
+        self._needs = needs
+        commands = {r.cells[-1].plain[r.command_at :] for r in self.rows if r.command_at >= 0}
+        self._telling = telling_words(tuple(sorted(commands)))
+
+    def _cap(self, key: str) -> int:
+        jobs = self._source is not None and self._source[1].jobs
+        if key == "job" and jobs:
+            return _JOB_CAP_IN_JOBS_VIEW
+        return _CAPS.get(key, next(c.width for c in COLUMNS if c.key == key))
+
     def _layout(self, width: int) -> list[tuple[int, int]]:
         """(column index, width) of the columns that fit; the command line takes what is left."""
+        self._measure()
         hidden = self._hidden if self._has_owners else self._hidden | {"job"}
-        shown = [i for i in range(len(COLUMNS) - 1) if COLUMNS[i].key not in hidden]
+        shown = [
+            i
+            for i in range(len(COLUMNS) - 1)
+            if COLUMNS[i].key not in hidden
+            and (self._needs.get(i) or not self.rows or COLUMNS[i].key == "pid")
+        ]
+        widths = {}
+        for i in shown:
+            key = COLUMNS[i].key
+            label = cells.width(COLUMNS[i].label) + (key == self.sort_column)  # room for ▲ / ▼
+            widths[i] = max(label, min(self._cap(key), self._needs.get(i, 0)))
         drop = [i for key in _DROP_ORDER for i, c in enumerate(COLUMNS) if c.key == key and i in shown]
 
         def used() -> int:
-            return sum(COLUMNS[i].width + _GAP for i in shown)
+            return sum(widths[i] + _GAP for i in shown)
 
         while drop and width - used() < self.min_last_width:
             shown.remove(drop.pop(0))
-        return [(i, COLUMNS[i].width) for i in shown] + [(len(COLUMNS) - 1, max(8, width - used()))]
+        return [(i, widths[i]) for i in shown] + [(len(COLUMNS) - 1, max(8, width - used()))]
 
     def build(self, width: int) -> list[Line]:
         layout = self._layout(width)
@@ -215,13 +272,32 @@ class ProcessTable(CursorTable):
                 self.cursor_style,
                 self.tag_style,
                 self.command_offset,
+                id(self._telling),  # a new sibling changes which words tell a command apart
             )
             last = self._built.get(id(row))
             line = last[2] if last and last[0] is row and last[1] == how else self._line(row, *how)
             built[id(row)] = (row, how, line)
             lines.append(line)
         self._built = built
+        self._show_note(width)
         return lines
+
+    def _show_note(self, width: int) -> None:
+        """The highlighted row in full, in the rows the table leaves free (see row_note). Its height comes
+        from the table's: the free rows are the table's plus the note's own."""
+        note = self.note
+        if note is None or not note.is_attached:
+            return
+        row = self.current
+        free = self.size.height - 1 - len(self.rows) + note.size.height
+        lines: list[Line] = []
+        if row is not None and free >= _NOTE_MIN_ROWS:
+            snap = self._source[0] if self._source is not None else None
+            lines = note_lines(note_for(row, snap), width, free, note.palette)
+        note.lines = lines
+        if note.styles.height is None or note.styles.height.value != len(lines):
+            note.styles.height = len(lines)  # the table gives (or takes back) those rows
+        note.redraw()
 
     def _line(
         self,
@@ -233,6 +309,7 @@ class ProcessTable(CursorTable):
         cursor_style: Style,
         tag_style: Style,
         command_offset: int,
+        telling: int,
     ) -> Line:
         line = Line()
         last = len(COLUMNS) - 1
@@ -246,6 +323,10 @@ class ProcessTable(CursorTable):
             text = cell.plain
             if c == last and command_offset:  # the fold mark and tree branches stay where they are
                 text = text[: row.lead] + skip_cells(text[row.lead :], command_offset)
+            elif c == last and row.command_at >= 0 and cells.width(text) > w:
+                before, command = text[: row.command_at], text[row.command_at :]
+                keep = self._telling.get(command, frozenset())
+                text = before + squeeze(command, keep, w - cells.width(before))
             line.add(fit(text, w, col.justify), style)
             line.add(" " * _GAP, cursor_style if on_cursor and focused else PLAIN)
         return line

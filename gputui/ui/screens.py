@@ -260,9 +260,10 @@ def _span_text(seconds: float) -> str:
 
 def memory_spark(points: Sequence[tuple[float, float]], cells: int = SPARK_CELLS) -> str | None:
     """`▁▂▃▅▆▇█  min 2.1 GiB, max 3.4 GiB over 10 min`: the last WINDOW_S of (time, bytes) points, each cell
-    the lowest of its stretch (as the main sparklines), scaled from the lowest point to the highest.
-    None: under two cells of data yet. Points are the sampler's, but checked: a NaN or a clock step
-    back must not break the detail."""
+    the highest of its stretch (as the main memory sparklines: a peak is what runs out of memory), scaled
+    from the lowest point to the highest; min and max are of every point, so with History.memory_points
+    (each stretch's low and high) they are the true ones. None: under two cells of data yet. Points are
+    checked: a NaN or a clock step back must not break the detail."""
     data = sorted((t, v) for t, v in points if math.isfinite(t) and math.isfinite(v) and v >= 0)
     if not data:
         return None
@@ -275,7 +276,7 @@ def memory_spark(points: Sequence[tuple[float, float]], cells: int = SPARK_CELLS
         return None
     lo, hi = min(v for _, v in data), max(v for _, v in data)
     scale = 100.0 / (hi - lo) if hi > lo else 0.0
-    series = spark.BucketSeries(bucket_s, capacity=width)
+    series = spark.BucketSeries(bucket_s, capacity=width, keep=spark.Keep.PEAK)
     series.extend((t - data[0][0], (v - lo) * scale) for t, v in data)
     values = dict(series.buckets)
     line = "".join(spark.glyph(values.get(n)) for n in range(width))  # a gap (no sample) shows ·

@@ -87,6 +87,7 @@ def panes(app: GpuTuiApp) -> list[list[str]]:
     lay = app.panes.gpu_layout
     assert lay.kind in ("panes", "columns"), lay
     rows = pane_rows(app)
+    rows = rows[: len(rows) - lay.axis_rows]  # (the last: the time scale under the panes)
     slots = [rows[k : k + lay.rows_per_gpu] for k in range(0, len(rows), lay.rows_per_gpu)]
     if lay.columns == 1:
         return [[r.rstrip() for r in slot] for slot in slots]
@@ -115,6 +116,10 @@ def mem_value(head: str) -> str:
     m = re.search(r"MEM( +\S+)", head)
     assert m is not None, head
     return m[1]
+
+
+def unspark(line: str) -> str:
+    return "".join(" " if ch in SPARK else ch for ch in line)
 
 
 def heads(app: GpuTuiApp) -> list[str]:
@@ -223,7 +228,12 @@ async def test_per_field_errors_show_na_in_that_pane_only_and_clear_again() -> N
         now = heads(app)
         assert now[2].startswith("  2 H100") and "UTIL  n/a  MEM " in now[2], now[2]
         assert now[2].count(NA) == 6, now[2]  # util, memory, temperature, power, SM clock, P-state
-        assert "°C" not in now[2] and " W" not in now[2] and "GiB" not in now[2] and "MHz" not in now[2]
+        assert (
+            "°C" not in now[2]
+            and not re.search(r"\dW", now[2])
+            and "GiB" not in now[2]
+            and "MHz" not in now[2]
+        )
         assert [h for i, h in enumerate(now) if i != 2] == [h for i, h in enumerate(before) if i != 2]
         util2, mem2 = sparklines(app, panes(app)[2])
         assert util2.lstrip().startswith("util") and mem2.lstrip().startswith("mem")
@@ -290,7 +300,9 @@ async def test_one_lost_gpu_of_8_is_a_badge_and_the_7_others_keep_drawing(size: 
         for i, h in enumerate(now):
             if i != lost:
                 assert "LOST" not in h and NA not in h, h
-                assert h == before[i]  # the same numbers as before the loss
+                # The same numbers as before the loss (a one-line GPU's sparklines take the new samples
+                # into their newest bucket's mean: its last cell may move).
+                assert unspark(h) == unspark(before[i])
                 assert "%" in h and "°C" in h
         if not compact:
             assert app.panes.gpu_layout.kind == "columns"  # 8 panes at 120x40: two columns
@@ -309,7 +321,7 @@ async def test_one_lost_gpu_of_8_is_a_badge_and_the_7_others_keep_drawing(size: 
             assert "⚠ GPU 5 is lost" in header(app)
         # Reset: the GPU comes back with its numbers.
         await post(pilot, app, replace(base, time=base.time + 5))
-        assert heads(app) == before
+        assert [unspark(h) for h in heads(app)] == [unspark(h) for h in before]
         assert world.trainer_pid(lost) in shown_pids(app)
         assert app.is_running
 
@@ -435,7 +447,7 @@ async def test_nvml_shut_down_underneath_is_drawn_as_na_then_initialized_again(
             await first_frame(pilot, app)
             await tick()
             before = heads(app)
-            assert all(" 57%" in h and "61°C" in h and "350/700 W" in h for h in before), before
+            assert all(" 57%" in h and "61°C" in h and "350/700W" in h for h in before), before
             assert shown_pids(app) == [os.getpid()] and "⚠" not in header(app)
 
             fake.initialized = 0  # someone called nvmlShutdown() underneath the app

@@ -26,7 +26,8 @@ def test_a_hidden_column_leaves_the_layout_and_its_room_goes_to_command() -> Non
     table.hidden = frozenset({"user", "bw"})
     fewer = table._layout(200)
     assert _labels(fewer) == [k for k in _labels(every) if k not in ("user", "bw")]
-    assert fewer[-1][1] == every[-1][1] + COLUMNS[2].width + 1 + COLUMNS[6].width + 1  # COMMAND got it
+    widths = dict(every)  # sized to their content (here none: their labels)
+    assert fewer[-1][1] == every[-1][1] + widths[2] + 1 + widths[6] + 1  # COMMAND got it
 
 
 def test_pid_and_command_cannot_be_hidden() -> None:

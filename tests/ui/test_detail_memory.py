@@ -10,6 +10,7 @@ from gputui.collect.forecast import MemorySeries, Split, forecast
 from gputui.model import ProcessDetail, ProcessRow
 from gputui.ui import spark
 from gputui.ui.screens import SPARK_CELLS, DetailScreen, render_detail
+from gputui.units import fmt_bytes
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.test_detail_fields import line, text_of
@@ -128,18 +129,15 @@ def test_an_agent_whose_numbers_hold_still_says_so_and_one_just_started_is_colle
     assert "allocated vs reserved" not in text_of(render_detail(row_of_fixture(), blank(), split=None))
 
 
-async def test_enter_shows_the_samplers_memory_history_of_that_row_only() -> None:
+async def test_enter_shows_the_memory_history_of_that_row_only() -> None:
+    """The detail's memory is the app's history of that very (pid, start, GPU): each 5 s stretch's low and
+    high, so its min and max are the true ones; the agent's split is asked for that row only."""
     app = make_app()
-    store = MemorySeries()
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
         assert app.snapshot is not None
         trainer = next(r for r in app.snapshot.processes if r.pid == world.trainer_pid(0))
         key = (trainer.pid, trainer.create_time)
-        for t, v in rising():
-            store.add(key, t, int(v))
-        # The tests' sampler is a ReplaySampler (no memory of its own): given a live sampler's store.
-        app.sampler.memory = store  # type: ignore[attr-defined]
         leak = agent_split(allocated_per_min=60 * MIB, reserved_per_min=60 * MIB)
         asked: list[tuple[int, float | None]] = []
 
@@ -149,14 +147,16 @@ async def test_enter_shows_the_samplers_memory_history_of_that_row_only() -> Non
 
         app.sampler.memory_split = memory_split  # type: ignore[attr-defined]
         screen = await _open_detail_with_enter(pilot, app, trainer.pid)
-        assert screen.memory == store.series(key) and asked == [key]
+        mine = app.history.memory_points(trainer.pid, trainer.create_time, trainer.gpu)
+        assert screen.memory == mine and len(mine) > 10 and asked == [key]
         shown = screen_text(app)
         (row,) = [ln for ln in shown.splitlines() if "GPU memory" in ln]
-        assert "▁" in row and "█" in row and "min 2.0 GiB, max 3.0 GiB over 10 min" in row
+        assert fmt_bytes(max(v for _, v in mine)) in row, row  # (steady here: one value)
         assert "allocated grows 60 MiB/min: tensors leak" in shown
         await press(pilot, "escape")
         assert not isinstance(app.screen, DetailScreen)
-        other = await _open_detail_with_enter(pilot, app, world.trainer_pid(1))
-        assert other.memory == [] and other.split is None
-        shown = screen_text(app)
-        assert "GPU memory" not in shown and "allocated vs reserved" not in shown
+        other_row = next(r for r in app.snapshot.processes if r.pid == world.trainer_pid(1))
+        other = await _open_detail_with_enter(pilot, app, other_row.pid)
+        assert other.memory == app.history.memory_points(other_row.pid, other_row.create_time, other_row.gpu)
+        assert other.memory != mine and other.split is None
+        assert "allocated vs reserved" not in screen_text(app)

@@ -24,6 +24,7 @@ from gputui.ui.app import ZOOMS, GpuTuiApp
 from gputui.ui.canvas import Cell
 from gputui.ui.dip_groups import DipGroup, compact_gpus
 from gputui.ui.events import EventsScreen
+from gputui.ui.layout import LINE_SCALE, LINE_TITLE
 from gputui.ui.spark import DIP_GLYPH, glyph, view_start
 from gputui.units import NA
 from tests.ui import world
@@ -31,7 +32,7 @@ from tests.ui.conftest import first_frame, make_app
 
 SIZE = (120, 40)
 LABEL = 8  # "    util" before the sparkline cells
-HIGH = set("▅▆▇█")  # a bucket whose minimum is over 50 %: no dip sample in it
+HIGH = set("▅▆▇█")  # a bucket whose mean is over 50 %
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +60,9 @@ def status(app: GpuTuiApp) -> str:
 
 
 def is_dip(style: Style | None, app: GpuTuiApp) -> bool:
-    return style is not None and style.bgcolor is not None and style.bgcolor == app.panes.palette.dip.bgcolor
+    """Drawn in the dip colour (a foreground: never a background, which hid the glyph on it)."""
+    dip = app.panes.palette.dip
+    return style is not None and style.bgcolor is None and style.color == dip.color
 
 
 def title_line(app: GpuTuiApp, gpu: int) -> list[Cell]:
@@ -81,7 +84,30 @@ def spark(app: GpuTuiApp, gpu: int, which: str) -> list[Cell]:
 
 
 def marked_cells(app: GpuTuiApp, gpu: int, which: str = "util") -> list[int]:
-    return [x for x, (_, style) in enumerate(spark(app, gpu, which)) if is_dip(style, app)]
+    """The cells of the drawn buckets a dip touches, each checked to be drawn in the dip colour (the dip
+    colour is also low utilization's: which cells are marked comes from the dips, not the colour). A
+    memory sparkline has no dips: its cells with a dip glyph."""
+    cells = spark(app, gpu, which)
+    if which == "mem":
+        return [x for x, (ch, _) in enumerate(cells) if ch == DIP_GLYPH]
+    track = app.panes._tracks[gpu]
+    start = view_start(track.util.latest, len(cells))
+    drawn = {n for n, _ in track.util.buckets}
+    touched = app.panes.marked_buckets(gpu)
+    marks = [x for x in range(len(cells)) if start + x in touched and start + x in drawn]
+    assert all(is_dip(cells[x][1], app) for x in marks), [cells[x] for x in marks]
+    return marks
+
+
+def bucket_means(app: GpuTuiApp, gpu: int) -> dict[int, float]:
+    """Each bucket's mean utilization, straight from the history: what a util cell must show."""
+    b = app.panes._bucket_s
+    h = app.history.gpus[gpu]
+    sums: dict[int, list[int]] = {}
+    for t, u in zip(h.times, h.util, strict=True):
+        if u is not None:
+            sums.setdefault(int(t // b), []).append(u)
+    return {n: sum(v) / len(v) for n, v in sums.items()}
 
 
 def static_text(widget: Widget) -> str:
@@ -122,14 +148,18 @@ async def test_util_sparklines_carry_dip_markers_and_mem_sparklines_never() -> N
             marks = marked_cells(app, g)
             assert len(marks) >= 5, (g, marks)
             assert marked_cells(app, g, "mem") == []
-            assert not any(is_dip(style, app) for _, style in title_line(app, g))
-            # Unmarked cells of a busy GPU are mostly full bars; the marked ones hold the dips' low values,
-            # except each dip's first cell, which holds the dip glyph (seen without colour too).
+            assert DIP_GLYPH not in "".join(ch for ch, _ in title_line(app, g))
+            # Every cell shows its bucket's mean level, except each dip's first cell, which holds the dip
+            # glyph (seen without colour too): a GPU busy but for its stalls reads busy.
             cells = spark(app, g, "util")
+            start = view_start(app.panes._tracks[g].util.latest, len(cells))
+            means = bucket_means(app, g)
             # (the leftmost cell may be a dip that started off screen: no first cell to check there)
             glyphs = [x for x in marks if x > 0 and cells[x][0] == DIP_GLYPH]
             assert glyphs == [x for x in marks if x > 0 and x - 1 not in marks], "".join(c for c, _ in cells)
-            assert sum(cells[x][0] in "▁▂▃" + DIP_GLYPH for x in marks) >= 0.8 * len(marks)
+            for x, (ch, _) in enumerate(cells):
+                if ch != DIP_GLYPH and start + x in means:
+                    assert ch == glyph(means[start + x]), (g, x, ch, means[start + x])
             unmarked = [ch for x, (ch, _) in enumerate(cells) if ch.strip() and x not in marks]
             assert sum(ch in HIGH for ch in unmarked) >= 0.8 * len(unmarked)  # busy
 
@@ -142,41 +172,52 @@ async def test_markers_are_the_buckets_the_dips_touch() -> None:
         assert panes.dips  # every GPU's recent dips were handed to the panes
         for g in range(4):
             assert sorted(panes.dips[g]) == sorted((d.start, d.last) for d in recent_dips(app) if d.gpu == g)
+            marks = set(marked_cells(app, g))  # (each checked to be in the dip colour)
+            busy = app.panes.palette.util_style(True)
             track = panes._tracks[g]
-            start = view_start(track.util.latest, len(spark(app, g, "util")))
-            drawn = {n for n, _ in track.util.buckets}
-            want = {n - start for n in panes.marked_buckets(g) if n in drawn and n >= start}
-            assert set(marked_cells(app, g)) == want
+            cells = spark(app, g, "util")
+            start = view_start(track.util.latest, len(cells))
+            values = dict(track.util.buckets)
+            for x, (_, style) in enumerate(cells):  # the others keep their level's own colour
+                if x not in marks and start + x in values:
+                    assert style == busy(values[start + x]), (g, x)
 
 
 async def test_compact_panes_mark_dips_on_their_inline_sparkline() -> None:
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await first_frame(pilot, app)
-        assert app.panes.compact
-        for g, line in enumerate(app.panes._lines):
-            marked = [ch for ch, style in line if is_dip(style, app)]
+        panes = app.panes
+        assert panes.compact
+        lay = panes.gpu_layout
+        left = LINE_TITLE + lay.name_width + LINE_SCALE  # where the util sparkline starts
+        for g, line in enumerate(panes._lines):
+            util = line[left : left + lay.spark_width]
+            track = panes._tracks[g]
+            start = view_start(track.util.latest, lay.spark_width)
+            drawn = {n for n, _ in track.util.buckets}
+            marked = [util[x] for x in range(len(util)) if start + x in panes.marked_buckets(g) & drawn]
             assert marked, (g, "".join(ch for ch, _ in line))
-            assert all(
-                ch in "▁▂▃▄▅▆▇█" + DIP_GLYPH for ch in marked
-            )  # only sparkline cells, not the text around them
+            assert all(ch in "▁▂▃▄▅▆▇█" + DIP_GLYPH and is_dip(style, app) for ch, style in marked)
+            outside = line[:left] + line[left + lay.spark_width :]
+            assert DIP_GLYPH not in "".join(ch for ch, _ in outside)  # only on the util sparkline
 
 
 async def test_only_buckets_holding_a_dip_sample_are_marked() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
+        b = app.panes._bucket_s
         for g in range(4):
             cells = spark(app, g, "util")
-            busy_marked = [(x, cells[x][0]) for x in marked_cells(app, g) if cells[x][0] in HIGH]
-            assert busy_marked == [], (g, busy_marked)
-            # A dip's first cell shows the glyph instead of its level: its bucket's minimum is low too.
             track = app.panes._tracks[g]
             start = view_start(track.util.latest, len(cells))
-            values = dict(track.util.buckets)
-            glyph_cells = [x for x in marked_cells(app, g) if cells[x][0] == DIP_GLYPH]
-            assert glyph_cells, g
-            assert [x for x in glyph_cells if glyph(values[start + x]) in HIGH] == [], g
+            h = app.history.gpus[g]
+            spans = app.panes.dips[g]
+            in_dip = {int(t // b) for t in h.times if any(s <= t <= last for s, last in spans)}
+            shown = {start + x for x, (ch, _) in enumerate(cells) if ch.strip()}
+            assert {start + x for x in marked_cells(app, g)} == in_dip & shown, g
+            assert [x for x in marked_cells(app, g) if cells[x][0] == DIP_GLYPH], g
 
 
 # -- the Events pane ------------------------------------------------------------------------------

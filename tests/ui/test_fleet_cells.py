@@ -72,10 +72,11 @@ async def test_a_dip_is_marked_by_glyph_and_colour() -> None:
         await pilot.pause()
         cells, _ = table._spark_cells(120)
         spark = _spark_of(table, 1, cells)
-        dip_bg = table.palette.dip.bgcolor
+        dip = table.palette.dip
+        assert dip.bgcolor is None  # a colour for the glyph, never one under it (NO_COLOR greyed both alike)
         marked = [i for i, (ch, _) in enumerate(spark) if ch == DIP_GLYPH]
         assert len(marked) == 1  # one glyph per dip, on its first cell
-        in_dip = [i for i, (_, style) in enumerate(spark) if style.bgcolor == dip_bg]
+        in_dip = [i for i, (_, style) in enumerate(spark) if style.color == dip.color]
         assert in_dip and in_dip[0] == marked[0]
         # The other cells show the busy level (90 %: a full block), not the dip's low point.
         assert all(ch == "█" for i, (ch, _) in enumerate(spark) if i not in in_dip)

@@ -14,7 +14,7 @@ from gputui.ui.app import GpuTuiApp, SnapshotReady
 from gputui.ui.gpu_panes import GpuPanes, throttled
 from gputui.ui.header import HeaderBar, uptime
 from gputui.ui.layout import LABEL, fit_fields
-from gputui.ui.spark import DIP_GLYPH, GLYPHS
+from gputui.ui.spark import DIP_GLYPH, GLYPHS, view_start
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.drawn import lines
 
@@ -46,7 +46,9 @@ async def test_8_gpus_at_120x40_show_every_gpus_util_and_memory_history_and_20_t
         panes = app.panes
         assert panes.gpu_layout.kind == "columns" and not panes.compact
         drawn = lines(panes)
-        assert len(drawn) == 4 * 3
+        assert len(drawn) == 4 * 3 + 1  # and the time scale under both columns
+        assert drawn[-1].split() == ["-5m", "-4m", "-3m", "-2m", "-1m", "now"] * 2, drawn[-1]
+        drawn = drawn[:-1]
         halves = [[row[:60] for row in drawn], [row[60:] for row in drawn]]
         for col, half in enumerate(halves):
             for slot in range(4):
@@ -80,7 +82,7 @@ async def test_4_gpus_on_a_tall_terminal_get_taller_charts() -> None:
         assert lay.kind == "panes" and lay.spark_rows >= 2
         drawn = lines(app.panes)
         per = 1 + 2 * lay.spark_rows
-        assert len(drawn) == 4 * per
+        assert len(drawn) == 4 * per + 1  # and the time scale
         for g in range(4):
             pane = drawn[g * per : (g + 1) * per]
             assert pane[0].startswith(f" {g:>2} H100")
@@ -164,11 +166,15 @@ async def test_every_dip_starts_with_a_glyph_that_needs_no_colour() -> None:
     app = make_app(gpus=4)
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
-        dip_bg = app.panes.palette.dip.bgcolor
+        dip = app.panes.palette.dip
+        assert dip.bgcolor is None  # a colour for the glyph, never one under it
         for g in range(4):
             row = app.panes._lines[g * 3 + 1][LABEL:]
-            marked = [x for x, (_, style) in enumerate(row) if style.bgcolor == dip_bg]
+            track = app.panes._tracks[g]
+            start = view_start(track.util.latest, len(row))
+            marked = [x for x in range(len(row)) if start + x in app.panes.marked_buckets(g)]
             assert marked, g
+            assert all(row[x][1].color == dip.color for x in marked)
             starts = [x for x in marked if x - 1 not in marked]
             assert [x for x, (ch, _) in enumerate(row) if ch == DIP_GLYPH] == starts
 
@@ -206,11 +212,12 @@ def summary(g: GpuSample, width: int) -> str:
 def test_four_throttle_reasons_keep_both_thermal_ones_first() -> None:
     g = _gpu(throttle_reasons=("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal"))
     assert throttled(g)[:2] == ["HW thermal", "thermal"]
-    for width in (100, 80, 60):
+    assert "HW thermal, thermal, HW slowdown, power cap" in summary(g, 200)
+    for width in (100, 80, 60, 40):
         line = summary(g, width)
         assert cells.width(line) <= width
-        if "⚠" in line:
-            assert "HW thermal, thermal" in line, line
+        # Narrower, the reasons shorten (`⚠ thermal, slowdown, power`, `⚠ thermal +2`), thermal first.
+        assert "⚠ thermal" in line or "⚠ HW thermal" in line, line
 
 
 def test_a_narrow_line_drops_whole_fields_least_useful_first_and_ends_with_an_ellipsis() -> None:

@@ -309,17 +309,16 @@ def test_outcomes_name_every_pid() -> None:
         outcome(50, "already gone"),
     ]
     text, bad = describe_outcomes(outcomes, final=True)
-    assert text == (
-        "SIGTERM → 7 processes: gone: 4243, 4242; still alive: 4244, 4245; already gone: 50; "
-        f"not permitted: 17; refused: {SHELL} (that is one of gputui's own ancestors)"
-        " — press K to send SIGKILL"
+    assert text == (  # what needs the user first, with what to do; then what went as asked
+        "SIGTERM → 7 processes: still alive: 4244, 4245 — press K to send SIGKILL; not permitted: 17; "
+        f"refused: {SHELL} (that is one of gputui's own ancestors); gone: 4243, 4242; already gone: 50"
     )
     assert bad
 
 
 def test_outcomes_before_the_wait_do_not_offer_k() -> None:
     text, bad = describe_outcomes([outcome(1, "sent"), outcome(2, "still alive")], final=False)
-    assert text == "SIGTERM → 2 processes: sent: 1; still alive: 2" and bad
+    assert text == "SIGTERM → 2 processes: still alive: 2; sent: 1" and bad
     assert describe_outcomes([], final=True) == ("", False)
 
 

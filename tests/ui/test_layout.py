@@ -25,13 +25,20 @@ def shared_rows(height: int) -> int:
 def test_every_layout_places_every_gpu_and_fills_the_width(n: int, width: int, height: int) -> None:
     lay = choose(n, width, shared_rows(height))
     assert lay.kind in layout.KINDS
-    assert lay.height == math.ceil(n / lay.columns) * lay.rows_per_gpu  # a place for every GPU
+    # A place for every GPU, and the time scale's row under panes (one line per GPU has none).
+    assert lay.height == math.ceil(n / lay.columns) * lay.rows_per_gpu + lay.axis_rows
+    assert lay.axis_rows == (0 if lay.kind == "lines" else 1)
     assert sum(lay.column_widths) + layout.GAP * (lay.columns - 1) == width  # no column left blank
     assert 1 <= lay.spark_rows <= layout.MAX_SPARK_ROWS
     assert lay.spark_width >= layout.MIN_SPARK and lay.mem_spark_width >= layout.MIN_SPARK
     if lay.kind == "lines":
         used = (
-            layout.LINE_TITLE + lay.name_width + layout.LINE_UTIL + layout.LINE_MEM + lay.extras_width
+            layout.LINE_TITLE
+            + lay.name_width
+            + layout.LINE_SCALE
+            + layout.LINE_UTIL
+            + layout.LINE_MEM
+            + lay.extras_width
         ) + (lay.spark_width + lay.mem_spark_width)
         assert used == width
     else:
@@ -74,7 +81,7 @@ def test_a_chosen_kind_is_honoured_and_two_columns_need_the_width() -> None:
     assert choose(8, 80, 18, prefer="columns").kind == "panes"  # 2 x 40 cells: too narrow for panes
     # A chosen kind may take more than its share, not the table's minimum (when one spark row fits).
     lay = choose(8, 200, 54, prefer="panes")
-    assert 54 - lay.height >= layout.MIN_TABLE_ROWS and lay.height == 8 * 3
+    assert 54 - lay.height >= layout.MIN_TABLE_ROWS and lay.height == 8 * 3 + 1  # and the time scale
 
 
 def test_v_cycles_through_every_choice_and_an_unknown_name_starts_over() -> None:
