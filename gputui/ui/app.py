@@ -27,6 +27,7 @@ from textual.worker import get_current_worker
 from gputui.collect import signals
 from gputui.collect.agents import AgentHistory, AgentPoller
 from gputui.collect.alerts import Alerts
+from gputui.collect.classify import leftovers
 from gputui.collect.dip_causes import ProfileNote
 from gputui.collect.dips import DipDetector
 from gputui.collect.history import MAX_AGE_S, History
@@ -592,6 +593,9 @@ class GpuTuiApp(BaseApp):
         # and, with an agent, allocated vs reserved: a live sampler's. The sampler's thread goes on
         # adding points: a split that meets a deque changed under it is left out rather than crash Enter.
         split_of = getattr(self.sampler, "memory_split", None)
+        leftover = None
+        if isinstance(process, ProcessRow) and self.snapshot is not None and process.gpu is not None:
+            leftover = leftovers(self.snapshot).get(process.gpu)
         if isinstance(process, ProcessRow):
             memory = self.history.memory_points(process.pid, process.create_time, process.gpu)
             if split_of is not None:
@@ -606,6 +610,7 @@ class GpuTuiApp(BaseApp):
                 gpus=self.snapshot.gpus if self.snapshot is not None else (),
                 memory=memory,
                 split=split,
+                leftover=leftover,
             )
         )
 

@@ -16,6 +16,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from gputui.collect.classify import Leftover, estimated
 from gputui.collect.forecast import GROWTH_MIN, WINDOW_S, MemorySeries, Split, growth_text, rate_text
 from gputui.collect.procs import MAX_ENVIRON, TRAINING_NAMES, TRAINING_PREFIXES, describe
 from gputui.collect.stacks import is_python, py_spy_dump
@@ -80,8 +81,10 @@ class DetailScreen(Modal[None]):
         gpus: tuple[GpuSample, ...] = (),
         memory: Sequence[tuple[float, float]] = (),
         split: Split | None = None,
+        leftover: Leftover | None = None,
     ) -> None:
         super().__init__()
+        self.leftover = leftover  # its GPU's unaccounted memory, when it may be one of the holders
         self.gpus = gpus  # the GPUs as the row saw them: a MIG process's instance is named from them
         # Its GPU memory history and the agent's allocated/reserved verdict, as the sampler had them
         # when the detail was opened (copies: the sampler goes on on its own thread).
@@ -138,7 +141,13 @@ class DetailScreen(Modal[None]):
     def _show(self, detail: ProcessDetail) -> None:
         self.detail = detail
         body = render_detail(
-            self.process, detail, now=self.clock(), gpus=self.gpus, memory=self.memory, split=self.split
+            self.process,
+            detail,
+            now=self.clock(),
+            gpus=self.gpus,
+            memory=self.memory,
+            split=self.split,
+            leftover=self.leftover,
         )
         self.body.update(body)
 
@@ -209,10 +218,18 @@ def _training_env(d: ProcessDetail) -> str:
     return "\n".join(lines) or _NO_TRAINING_ENV
 
 
-def _gpu_line(p: ProcessRow | HostProcess, gpus: tuple[GpuSample, ...] = ()) -> str | None:
+def _gpu_line(
+    p: ProcessRow | HostProcess, gpus: tuple[GpuSample, ...] = (), leftover: Leftover | None = None
+) -> str | None:
     if not isinstance(p, ProcessRow) or p.gpu is None:
         return None
-    if not p.kinds:  # a device holder NVML does not list: it has no memory or utilization of its own
+    if not p.kinds:  # a device holder NVML does not list: no memory NVML counts as its own
+        share = leftover.share if leftover is not None and p in leftover.holders else None
+        if leftover is not None and share is not None:
+            return (
+                f"{p.gpu}  (holds its device file; NVML lists no memory for it; likely holds "
+                f"{estimated(share)} of GPU {p.gpu}'s {fmt_bytes(leftover.memory)} unaccounted, an estimate)"
+            )
         return f"{p.gpu}  (holds its device file; not in NVML's list: no GPU memory of its own)"
     line = f"{p.gpu}  ({p.kinds})  memory {fmt_bytes(p.used_memory)}"
     if p.gpu_instance is not None:
@@ -307,10 +324,12 @@ def render_detail(
     gpus: tuple[GpuSample, ...] = (),
     memory: Sequence[tuple[float, float]] = (),
     split: Split | None = None,
+    leftover: Leftover | None = None,
 ) -> Table:
     """`now`: the clock the age is counted on (a test's fixed one); the wall clock by default. `gpus`: the
     snapshot's, for a MIG process's instance. `memory`: its GPU memory's (time, bytes) points; `split`:
-    the agent's allocated vs reserved trend (None: it runs no agent)."""
+    the agent's allocated vs reserved trend (None: it runs no agent); `leftover`: its GPU's memory that
+    no listed process accounts for (an orphan is told its likely share)."""
     grid = _Grid()
     add = grid.add
     if d.error:
@@ -334,7 +353,7 @@ def render_detail(
         add("device files", "(not readable: run as root to see them)", "dim")
     else:
         add("device files", "\n".join(d.device_files) or "(none)")
-    if (gpu := _gpu_line(p, gpus)) is not None:
+    if (gpu := _gpu_line(p, gpus, leftover)) is not None:
         add("GPU", gpu)
     if (trend := memory_trend(p)) is not None:
         add("memory trend", trend, "yellow" if getattr(p, "full_in", None) is not None else "")

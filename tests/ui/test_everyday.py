@@ -10,8 +10,10 @@ import time
 import pytest
 from textual.pilot import Pilot
 
+from gputui.ui.screens import DetailScreen, render_detail
 from tests.ui import everyday
-from tests.ui.conftest import first_frame
+from tests.ui.conftest import first_frame, move_to, until
+from tests.ui.test_detail_fields import text_of
 
 
 @pytest.fixture(autouse=True)
@@ -110,3 +112,19 @@ def test_pictures(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[
         await pilot.pause(0.1)
 
     assert snap_compare(everyday.app(), terminal_size=size, run_before=settle)
+
+
+async def test_an_orphan_s_detail_names_its_likely_share() -> None:
+    app = everyday.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await first_frame(pilot, app)
+        prefix = f"{everyday.ORPHAN_GPU}/{everyday.ORPHANS[0]}/"
+        await move_to(pilot, app, next(r.key for r in app.table.rows if r.key.startswith(prefix)))
+        await pilot.press("enter")
+        screen = app.screen
+        assert isinstance(screen, DetailScreen)
+        await until(pilot, lambda: screen.detail is not None, what="the detail's worker")
+        assert screen.detail is not None
+        text = text_of(render_detail(screen.process, screen.detail, leftover=screen.leftover))
+        said = " ".join(text.split())
+        assert "likely holds ~4.8 GiB? of GPU 5's 9.5 GiB unaccounted, an estimate" in said, said
