@@ -102,9 +102,17 @@ def sleepers() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def _sleep(procs: list[subprocess.Popen[bytes]], env: dict[str, str] | None = None) -> psutil.Process:
+    """`sleep 600` with `env`, once its exec is done: before, /proc/PID/environ is pytest's, and in the
+    middle of the exec it is empty (a job name read then was None, seen in CI)."""
     p = subprocess.Popen(["sleep", "600"], env={**os.environ, **(env or {})})
     procs.append(p)
-    return psutil.Process(p.pid)
+    process = psutil.Process(p.pid)
+    environ = Path(f"/proc/{p.pid}/environ")
+    deadline = time.monotonic() + 10.0
+    while process.cmdline() != ["sleep", "600"] or not environ.read_bytes():
+        assert time.monotonic() < deadline, "sleep did not start"
+        time.sleep(0.005)
+    return process
 
 
 def test_real_processes_in_real_cgroups(
