@@ -12,6 +12,51 @@ SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
+class GpmMetrics:
+    """How busy a GPU (or a MIG instance) really was between two GPM samples (NVML's GPU Performance
+    Monitoring, Hopper and newer). NVML's utilization says only that *a* kernel ran; these say how much of
+    the GPU it used. Ratios in percent (0..100), rates in bytes/s; None: this metric failed or is not
+    supported (never 0 for unknown). dcgm-exporter serves the same counters as DCGM_FI_PROF_* (ratios 0..1).
+    """
+
+    interval: float | None = None  # seconds between the two samples
+    graphics: float | None = None  # time any context was active (DCGM_FI_PROF_GR_ENGINE_ACTIVE)
+    sm_active: float | None = None  # SMs with at least one warp resident (DCGM_FI_PROF_SM_ACTIVE)
+    sm_occupancy: float | None = None  # resident warps vs the maximum (DCGM_FI_PROF_SM_OCCUPANCY)
+    tensor: float | None = None  # any tensor pipe active (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)
+    hmma: float | None = None  # fp16/bf16 tensor pipe (DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE)
+    imma: float | None = None  # int8 tensor pipe (DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE)
+    dfma: float | None = None  # fp64 tensor pipe (DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE)
+    dram: float | None = None  # DRAM interface busy (DCGM_FI_PROF_DRAM_ACTIVE)
+    fp16: float | None = None  # non-tensor fp16 pipe (DCGM_FI_PROF_PIPE_FP16_ACTIVE)
+    fp32: float | None = None
+    fp64: float | None = None
+    integer: float | None = None  # integer pipe (DCGM_FI_PROF_PIPE_INT_ACTIVE)
+    pcie_tx: float | None = None  # bytes/s (DCGM_FI_PROF_PCIE_TX_BYTES)
+    pcie_rx: float | None = None
+    nvlink_tx: float | None = None  # bytes/s over all links (DCGM_FI_PROF_NVLINK_TX_BYTES)
+    nvlink_rx: float | None = None
+
+
+# GpmMetrics' ratio fields (percent), in the order the detail and --once list them.
+GPM_RATIOS = (
+    "graphics",
+    "sm_active",
+    "sm_occupancy",
+    "tensor",
+    "hmma",
+    "imma",
+    "dfma",
+    "dram",
+    "fp16",
+    "fp32",
+    "fp64",
+    "integer",
+)
+GPM_RATES = ("pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx")
+
+
+@dataclass(frozen=True, slots=True)
 class MigInstance:
     """One MIG instance of a GPU: a GPU instance (memory slice) with one compute instance (its SMs).
     Memory in bytes; utilization in percent where the driver reports it per instance, else None."""
@@ -23,6 +68,7 @@ class MigInstance:
     mem_total: int | None = None
     mem_used: int | None = None
     util: int | None = None
+    gpm: GpmMetrics | None = None  # this instance's GPM metrics (nvmlGpmMigSampleGet); None: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +121,9 @@ class GpuSample:
     temperature: int | None = None
     power: float | None = None
     power_limit: float | None = None
+    power_limit_max: float | None = (
+        None  # the most the limit may be set to (DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX)
+    )
     energy: float | None = None  # joules since the driver loaded
     fan: int | None = None
     sm_clock: int | None = None
@@ -95,6 +144,7 @@ class GpuSample:
     nvlink_tx: float | None = None
     mig: tuple[MigInstance, ...] = ()  # the instances of a MIG-enabled GPU (empty: MIG off, or unknown)
     health: GpuHealth | None = None  # ECC counts, retired pages, row remapping, PCIe link (slow tier)
+    gpm: GpmMetrics | None = None  # SM, tensor and DRAM activity (Hopper+, GPM armed); None: absent
 
     @property
     def mem_percent(self) -> float | None:
@@ -322,6 +372,9 @@ class Snapshot:
     host: HostStats | None = None
     # Xid errors received since the last snapshot (an event thread waits on NVML's event set).
     xids: tuple[XidEvent, ...] = ()
+    # Why GPM metrics are absent although a GPU could serve them (one line: "DCGM is running ..."); None:
+    # armed where supported, or no GPU supports it.
+    gpm_note: str | None = None
 
     def processes_on(self, gpu: int | None) -> tuple[ProcessRow, ...]:
         return tuple(p for p in self.processes if p.gpu == gpu)

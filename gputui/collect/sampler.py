@@ -164,6 +164,7 @@ class Sampler:
             agents=agents,
             host=self.host.read(),
             xids=reading.xids,
+            gpm_note=reading.gpm_note,
         )
         if self.history is not None:
             self.history.add(snap)

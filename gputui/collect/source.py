@@ -30,6 +30,7 @@ class Reading:
     # GPUs whose process list could not be read this time: their unaccounted memory is unknown too.
     processes_unknown: frozenset[int] = frozenset()
     xids: tuple[XidEvent, ...] = ()  # Xid errors received since the last reading
+    gpm_note: str | None = None  # why GPM is not armed where a GPU could serve it (see Snapshot.gpm_note)
 
 
 class GpuSource(Protocol):
