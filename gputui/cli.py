@@ -87,6 +87,13 @@ def _source_parent() -> argparse.ArgumentParser:
         help="the demo's GPUs fall ill after 90 s: ECC errors, a pending row remap, Xid 94 and 63, a x8 link",
     )
     flags.add_argument(
+        "--gpm",
+        choices=("auto", "on", "off"),
+        default=argparse.SUPPRESS,
+        help="SM and tensor-core activity from NVML GPM (Hopper+): auto (default, or the saved setting) arms "
+        "it unless DCGM runs on the host, which reads the same counters; on shares them with DCGM; off",
+    )
+    flags.add_argument(
         "--seed", type=int, metavar="N", default=argparse.SUPPRESS, help="the demo's random seed (default 0)"
     )
     flags.add_argument(

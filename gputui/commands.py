@@ -31,7 +31,16 @@ def make_source(args: argparse.Namespace, start_at: float = 0.0, watch: bool = F
         )
     from gputui.collect.nvml import NvmlSource
 
-    return NvmlSource(devices_dir=args.devices_dir or Path("/dev"), xid_events=watch)
+    return NvmlSource(devices_dir=args.devices_dir or Path("/dev"), xid_events=watch, gpm=gpm_mode(args))
+
+
+def gpm_mode(args: argparse.Namespace) -> str:
+    """--gpm, else the settings file's `gpm` (its warnings are the monitor's to show), else "auto"."""
+    if getattr(args, "gpm", None):
+        return str(args.gpm)
+    from gputui import settings
+
+    return settings.load(getattr(args, "config", None))[0].gpm
 
 
 def say(prog: str, message: str) -> None:

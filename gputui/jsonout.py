@@ -10,8 +10,10 @@ from typing import Any
 
 from gputui.collect import agent_reply
 from gputui.model import (
+    GPM_RATIOS,
     SCHEMA_VERSION,
     AgentReport,
+    GpmMetrics,
     GpuHealth,
     GpuSample,
     HostStats,
@@ -64,8 +66,9 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
                     "throttle_reasons": None
                     if g.get("throttle_reasons") is None
                     else tuple(g["throttle_reasons"]),
-                    "mig": tuple(MigInstance(**m) for m in g.get("mig") or ()),
+                    "mig": tuple(MigInstance(**{**m, "gpm": _gpm(m.get("gpm"))}) for m in g.get("mig") or ()),
                     "health": GpuHealth(**g["health"]) if g.get("health") is not None else None,
+                    "gpm": _gpm(g.get("gpm")),
                 }
             )
             for g in data["gpus"]
@@ -95,9 +98,34 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
             agents=_agents(data.get("agents", {})),
             host=_host(data.get("host")),
             xids=tuple(XidEvent(**x) for x in data.get("xids") or ()),
+            gpm_note=_note(data.get("gpm_note")),
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"not a gputui snapshot: {err}") from None
+
+
+def _gpm(data: Any) -> GpmMetrics | None:
+    """Recorded GPM metrics: every field optional, a finite number not below 0, a ratio at most 100."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ValueError("gpm: not an object")
+    unknown = set(data) - {f.name for f in dataclasses.fields(GpmMetrics)}
+    if unknown:
+        raise ValueError(f"gpm: unknown field {sorted(unknown)[0][:40]!r}")
+    values = {k: _finite(f"gpm.{k}", v) for k, v in data.items()}
+    for key in GPM_RATIOS:
+        if values.get(key) is not None and values[key] > 100:
+            raise ValueError(f"gpm.{key}: above 100 %")
+    return GpmMetrics(**values)
+
+
+def _note(data: Any) -> str | None:
+    if data is None:
+        return None
+    if not isinstance(data, str):
+        raise ValueError("gpm_note: not a string")
+    return printable(data)[:300]
 
 
 def _agents(data: dict[str, Any]) -> dict[int, AgentReport]:
@@ -160,7 +188,7 @@ def _finite(key: str, value: Any) -> Any:
         or not math.isfinite(value)
         or value < 0
     ):
-        raise ValueError(f"host.{key}: not a number >= 0")
+        raise ValueError(f"{key if '.' in key else 'host.' + key}: not a number >= 0")
     return value
 
 

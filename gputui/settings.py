@@ -60,6 +60,8 @@ class Settings:
     tree: bool = False
     folded_workers: bool = True  # DataLoader workers folded under their rank
     hidden_columns: tuple[str, ...] = ()
+    # GPM (SM and tensor activity, Hopper+): "auto" arms it unless DCGM runs on the host, "on", "off".
+    gpm: str = "auto"
 
     def __post_init__(self) -> None:
         # The app builds these with dataclasses.replace: a value `load` would refuse is a bug, found here
@@ -139,6 +141,15 @@ def _seconds(low: float, high: float) -> Callable[[Any, Collection[str] | None],
     return check
 
 
+def _choice(*values: str) -> Callable[[Any, Collection[str] | None], str]:
+    def check(value: Any, _allowed: Collection[str] | None) -> str:
+        if value not in values:
+            raise SettingsError(f"{_shown(value)} is not one of {', '.join(values)}")
+        return str(value)
+
+    return check
+
+
 _CHECKS: dict[str, Callable[[Any, Collection[str] | None], Any]] = {
     "theme": _name,
     "layout": _name,
@@ -149,6 +160,7 @@ _CHECKS: dict[str, Callable[[Any, Collection[str] | None], Any]] = {
     "tree": _flag,
     "folded_workers": _flag,
     "hidden_columns": _names,
+    "gpm": _choice("auto", "on", "off"),
 }
 
 

@@ -48,6 +48,7 @@ CHANGED = Settings(
     tree=True,
     folded_workers=False,
     hidden_columns=("bw", "state"),
+    gpm="off",
 )
 IS_ROOT = os.geteuid() == 0
 

@@ -24,6 +24,12 @@ energy (nvmlDeviceGetPowerUsage, nvmlDeviceGetTotalEnergyConsumption), nvmlDevic
 the health counts (nvmlDeviceGetTotalEccErrors x4, nvmlDeviceGetRemappedRows, nvmlDeviceGetRetiredPages
 x2 and its pending status, on slow ticks).
 
+GPM (Hopper and newer; gputui.collect.gpm): every tick, 2 calls per GPU (a sample, the metrics since the
+last one) and 2 per MIG GPU instance, where the GPU supports it and GPM is armed. Mode "auto" arms it
+unless DCGM runs on the host (it reads the same counters; checked again on settings ticks), "on" arms it
+regardless, "off" never; where a GPU could serve GPM and it is not armed, each reading says why in
+`gpm_note`.
+
 Critical Xid errors come from NVML events, on a thread of their own (xid_events.XidWatcher), when the
 source is made with xid_events=True; each read hands over the events received since the last one.
 """
@@ -35,18 +41,20 @@ import ctypes
 import math
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pynvml
 
+from gputui.collect import gpm as gpm_mod
 from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
 from gputui.collect.xid_events import XidWatcher
-from gputui.model import GpuHealth, GpuProcess, GpuSample, MigInstance, XidEvent
+from gputui.model import GpmMetrics, GpuHealth, GpuProcess, GpuSample, MigInstance, XidEvent
 from gputui.units import printable
 
 SETTINGS_EVERY = 6  # slow ticks between reads of modes that change only by an admin's hand
+GPM_MODES = ("auto", "on", "off")
 
 _SKIP_FOREVER = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
 
@@ -194,6 +202,14 @@ def _field_value(fv: Any) -> float | int | None:
     return None
 
 
+def _limit_max(constraints: Any) -> float | None:
+    """The most the power limit may be set to, in W, from nvmlDeviceGetPowerManagementLimitConstraints'
+    (min, max) in mW."""
+    if not isinstance(constraints, (list, tuple)) or len(constraints) != 2:
+        return None
+    return _from_milli(constraints[1]) if constraints[1] else None
+
+
 def _pstate(value: int | None) -> int | None:
     return None if value is None or value == pynvml.NVML_PSTATE_UNKNOWN else value
 
@@ -268,11 +284,17 @@ def _init_error_message(err: Exception) -> str:
 class NvmlSource:
     name = "nvml"
 
-    def __init__(self, devices_dir: Path = Path("/dev"), xid_events: bool = False) -> None:
+    def __init__(self, devices_dir: Path = Path("/dev"), xid_events: bool = False, gpm: str = "auto") -> None:
         """`xid_events`: watch for Xid errors on a thread of its own (a monitor that keeps running wants
-        them; a one-shot reading, the doctor's, does not)."""
+        them; a one-shot reading, the doctor's, does not). `gpm`: "auto", "on" or "off" (see above)."""
+        if gpm not in GPM_MODES:
+            raise ValueError(f"gpm: {gpm!r} is not one of {GPM_MODES}")
         self.devices_dir = devices_dir
         self.xid_events = xid_events
+        self.gpm_mode = gpm
+        self._gpm = gpm_mod.GpmReader(lambda: time.monotonic())
+        self._gpm_blocker: str | None = None  # what holds the counters ("nv-hostengine (pid 812)")
+        self.dcgm_running = gpm_mod.dcgm_running  # the tests point it elsewhere
         self._xids: XidWatcher | None = None
         self._gpus: list[_Gpu] = []
         self._open_errors: list[str] = []
@@ -303,10 +325,29 @@ class NvmlSource:
             self.close()
             raise SourceUnavailable(f"NVML cannot count the GPUs: {err}") from None
         self._gpus = [self._open_gpu(i) for i in range(count)]
+        self._check_dcgm()
         if self.xid_events:
             self._xids = XidWatcher([(g.index, g.handle) for g in self._gpus if not g.lost])
             self._xids.start()
         return info
+
+    def _check_dcgm(self) -> None:
+        self._gpm_blocker = self.dcgm_running() if self.gpm_mode == "auto" else None
+
+    @property
+    def gpm_armed(self) -> bool:
+        return self.gpm_mode == "on" or (self.gpm_mode == "auto" and self._gpm_blocker is None)
+
+    def gpm_note(self) -> str | None:
+        """Why a GPU that could serve GPM metrics has none: one line, or None."""
+        if self.gpm_armed or not any(s.supported for s in self._gpm.gpus.values()):
+            return None
+        if self.gpm_mode == "off":
+            return 'GPM is off (--gpm off, or gpm = "off" in the settings): SM and tensor activity n/a'
+        return (
+            f"GPM not armed: DCGM is running ({self._gpm_blocker}) and reads the same counters; "
+            "--gpm on shares them"
+        )
 
     def take_xids(self) -> tuple[XidEvent, ...]:
         """The Xid events received since the last call (also handed over in each Reading)."""
@@ -317,6 +358,7 @@ class NvmlSource:
             self._xids.close()
             self._xids = None
         if self._opened:
+            self._gpm.close()
             self._opened = False
             for _ in range(self._inits):  # NVML counts inits: one shutdown each
                 with contextlib.suppress(pynvml.NVMLError):
@@ -361,11 +403,15 @@ class NvmlSource:
                 "mem_clock_max": self._get(
                     gpu, "mem_max", pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_MEM
                 ),
+                "power_limit_max": _limit_max(
+                    self._get(gpu, "limit_max", pynvml.nvmlDeviceGetPowerManagementLimitConstraints, h)
+                ),
             }
             for key in ("name", "uuid"):
                 if gpu.static[key] is not None:
                     gpu.static[key] = _text(gpu.static[key])
-        except _Lost:
+            self._gpm.supported(index, h)  # once: static, and asking touches no counter
+        except (_Lost, gpm_mod.GpmLost):
             gpu.lost = True
             self._open_errors.append(f"GPU {index} is lost (it needs a reset or a reboot)")
         except Exception as err:  # one GPU's odd answer must not keep the others from starting
@@ -378,6 +424,8 @@ class NvmlSource:
         settings = slow and self._slow_ticks % SETTINGS_EVERY == 0
         if slow:
             self._slow_ticks += 1
+        if settings and self._slow_ticks > 1:  # open() looked already
+            self._check_dcgm()
         if self._uninitialized:
             self._open_errors.append(self._initialize_again())
         if self._xids is not None:
@@ -394,6 +442,7 @@ class NvmlSource:
                 sample, gpu_procs = self._read_gpu(gpu, slow or not gpu.slow, settings or not gpu.settings)
             except _Lost:
                 gpu.lost = True
+                self._gpm.forget(gpu.index)
                 errors.append(f"GPU {gpu.index} is lost (it needs a reset or a reboot)")
                 sample, gpu_procs = GpuSample(index=gpu.index, lost=True, **gpu.static), []
             except Exception as err:  # a binding bug must not take the other GPUs down
@@ -403,7 +452,12 @@ class NvmlSource:
             procs.extend(gpu_procs)
         unknown = frozenset(g.index for g in self._gpus if g.procs_failed and not g.lost)
         return Reading(
-            tuple(samples), tuple(procs), tuple(errors), processes_unknown=unknown, xids=self.take_xids()
+            tuple(samples),
+            tuple(procs),
+            tuple(errors),
+            processes_unknown=unknown,
+            xids=self.take_xids(),
+            gpm_note=self.gpm_note(),
         )
 
     def _initialize_again(self) -> str:
@@ -458,6 +512,9 @@ class NvmlSource:
         if settings or (slow and gpu.mig_stale):
             self._enumerate_mig(gpu)
         mig = self._mig_instances(gpu)
+        gpm = self._read_gpm(gpu, mig)
+        if gpm is not None and mig:
+            mig = tuple(replace(m, gpm=gpm[1].get(m.gpu_instance)) for m in mig)
         procs = self._processes(gpu, slow)
         if slow:
             gpu.slow = self._read_slow(gpu)
@@ -473,9 +530,28 @@ class NvmlSource:
             mem_reserved=mem_reserved,
             mig=mig,
             health=gpu.health,
+            gpm=gpm[0] if gpm is not None else None,
             **merged,
         )
         return sample, procs
+
+    def _read_gpm(
+        self, gpu: _Gpu, mig: tuple[MigInstance, ...]
+    ) -> tuple[GpmMetrics | None, dict[int, GpmMetrics | None]] | None:
+        """This tick's GPM metrics of the GPU and of its MIG GPU instances; support is asked even when
+        GPM is not armed (the note says why a GPU that could serve it has none)."""
+        try:
+            if not self._gpm.supported(gpu.index, gpu.handle):
+                return None
+            if not self.gpm_armed:
+                self._gpm.forget_samples(gpu.index)  # DCGM came: give the counters back
+                return None
+            return self._gpm.read(gpu.index, gpu.handle, {m.gpu_instance for m in mig})
+        except gpm_mod.GpmLost:
+            raise _Lost from None
+        except pynvml.NVMLError as err:  # the samples could not be allocated: tried again next tick
+            self._open_errors.append(f"GPU {gpu.index}: GPM: {err}")
+            return None
 
     def _memory(
         self, gpu: _Gpu, handle: Any = None, key: str = "mem"

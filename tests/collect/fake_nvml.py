@@ -43,6 +43,14 @@ default of an H100, means the GPU has row remapping instead and answers NotSuppo
 answer both as batched fields and as their own calls. Device handles are real ``c_nvmlDevice_t`` pointers
 (to an address nothing dereferences), so an event names its GPU the way the driver's do.
 
+GPM: ``FakeGpu.gpm`` holds the metric values (by NVML metric id, in NVML's units: percent, MiB/s) that
+``nvmlGpmMetricsGet`` reports between any two samples of that GPU (None, the default: the GPU does not
+support GPM, as before Hopper); ``gpm_returns`` gives one metric its own nvmlReturn; ``gpm_mig`` the values
+per GPU instance id for ``nvmlGpmMigSampleGet``. Samples are real ``c_nvmlGpmSample_t`` pointers to made-up
+addresses; the fake records a violation for a sample used after it was freed, freed twice, taken on one
+GPU and measured with another's, or measured before it was taken. ``live_gpm_samples()`` counts those
+allocated and not freed.
+
 Xid events: ``nvmlEventSetCreate``/``nvmlDeviceRegisterEvents``/``nvmlEventSetWait_v2``/``nvmlEventSetFree``
 on a fake event set; ``send_xid(gpu, xid)`` delivers a real ``c_nvmlEventData_t`` to every set that GPU is
 registered in. A GPU with ``xid_events = False`` answers NotSupported to the registration. A wait blocks
@@ -252,6 +260,10 @@ class FakeGpu:
     util_samples: list[UtilSample] = field(default_factory=list)
     field_types: dict[int, int] = field(default_factory=lambda: dict(DEFAULT_FIELD_TYPES))
     field_returns: dict[int, int] = field(default_factory=dict)  # fieldId -> nvmlReturn for that field
+    power_limit_constraints_mw: tuple[int, int] | None = None  # (min, max); None: NotSupported
+    gpm: dict[int, float] | None = None  # GPM metric id -> value; None: no GPM (before Hopper)
+    gpm_returns: dict[int, int] = field(default_factory=dict)  # metric id -> its own nvmlReturn
+    gpm_mig: dict[int, dict[int, float]] = field(default_factory=dict)  # GPU instance id -> values
 
     def __post_init__(self) -> None:
         i = self.index
@@ -306,6 +318,18 @@ class FakeMigHandle:
 
     def __repr__(self) -> str:
         return f"FakeMigHandle({self.index}, {self.slot})"
+
+
+_GPM_BASE = 0x7E00_0000_0000  # where the fake's GPM samples point: never dereferenced
+
+
+@dataclass
+class FakeGpmSample:
+    address: int
+    freed: bool = False
+    gpu: int | None = None  # the GPU it was last taken on
+    instance: int | None = None  # its GPU instance (nvmlGpmMigSampleGet), else None
+    time: float | None = None
 
 
 class _FakeTime:
@@ -393,6 +417,13 @@ class FakeNvml:
         "nvmlDeviceGetCurrPcieLinkWidth",
         "nvmlDeviceGetMaxPcieLinkWidth",
         "nvmlDeviceGetIndex",
+        "nvmlGpmQueryDeviceSupport",
+        "nvmlGpmSampleAlloc",
+        "nvmlGpmSampleFree",
+        "nvmlGpmSampleGet",
+        "nvmlGpmMigSampleGet",
+        "nvmlGpmMetricsGet",
+        "nvmlDeviceGetPowerManagementLimitConstraints",
         "nvmlEventSetCreate",
         "nvmlDeviceRegisterEvents",
         "nvmlEventSetWait_v2",
@@ -424,6 +455,7 @@ class FakeNvml:
         self.event_sets: list[FakeEventSet] = []
         self.event_wait_cap = 0.05  # seconds: the longest a fake wait blocks, whatever its timeout
         self._lock = threading.Lock()  # the event thread counts calls too
+        self.gpm_samples: dict[int, FakeGpmSample] = {}
 
     # -- set-up ---------------------------------------------------------------------------------------
 
@@ -795,6 +827,105 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         gpu = self._enter("nvmlDeviceGetPowerUsage", handle)
         return self._supported(gpu.power_mw)
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> list[int]:
+        gpu = self._enter("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        return list(self._supported(gpu.power_limit_constraints_mw))
+
+    # -- GPM ------------------------------------------------------------------------------------------
+
+    def live_gpm_samples(self) -> int:
+        return sum(1 for s in self.gpm_samples.values() if not s.freed)
+
+    def _gpm_sample(self, sample: Any, what: str) -> FakeGpmSample | None:
+        address = ctypes.cast(sample, ctypes.c_void_p).value if sample else None
+        found = self.gpm_samples.get(address or 0)
+        if found is None:
+            self._violation(f"{what}: not a GPM sample: {sample!r}")
+        elif found.freed:
+            self._violation(f"{what}: GPM sample used after it was freed")
+            found = None
+        return found
+
+    def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any:
+        gpu = self._enter("nvmlGpmQueryDeviceSupport", handle)
+        answer = pynvml.c_nvmlGpmSupport_t()
+        answer.version = pynvml.NVML_GPM_SUPPORT_VERSION
+        answer.isSupportedDevice = 1 if gpu.gpm is not None else 0
+        return answer
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._system("nvmlGpmSampleAlloc")
+        address = _GPM_BASE + 0x100 * (len(self.gpm_samples) + 1)
+        self.gpm_samples[address] = FakeGpmSample(address)
+        return ctypes.cast(ctypes.c_void_p(address), pynvml.c_nvmlGpmSample_t)
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self._system("nvmlGpmSampleFree")
+        found = self._gpm_sample(sample, "nvmlGpmSampleFree")
+        if found is not None:
+            found.freed = True
+
+    def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:
+        gpu = self._enter("nvmlGpmSampleGet", handle)
+        if gpu.gpm is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        found = self._gpm_sample(sample, "nvmlGpmSampleGet")
+        if found is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        found.gpu, found.instance, found.time = gpu.index, None, self.now
+        return sample
+
+    def nvmlGpmMigSampleGet(self, handle: Any, gpu_instance: int, sample: Any) -> Any:
+        gpu = self._enter("nvmlGpmMigSampleGet", handle, gpu_instance)
+        if gpu.gpm is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not gpu.mig or not gpu.mig[0] or gpu_instance not in {d.gpu_instance for d in gpu.mig_devices}:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        found = self._gpm_sample(sample, "nvmlGpmMigSampleGet")
+        if found is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        found.gpu, found.instance, found.time = gpu.index, gpu_instance, self.now
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        self._system("nvmlGpmMetricsGet")
+        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            self._violation(f"nvmlGpmMetricsGet: version {request.version}")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if not 0 < request.numMetrics <= pynvml.NVML_GPM_METRIC_MAX:
+            self._violation(f"nvmlGpmMetricsGet: numMetrics {request.numMetrics}")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        first = self._gpm_sample(request.sample1, "nvmlGpmMetricsGet sample1")
+        second = self._gpm_sample(request.sample2, "nvmlGpmMetricsGet sample2")
+        if first is None or second is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if first.time is None or second.time is None or first.time >= second.time:
+            self._violation("nvmlGpmMetricsGet: samples not taken, or out of order")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if (first.gpu, first.instance) != (second.gpu, second.instance):
+            self._violation("nvmlGpmMetricsGet: samples of two different GPUs or instances")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        assert second.gpu is not None
+        gpu = self.gpus[second.gpu]
+        with self._lock:
+            self.calls[gpu.index]["nvmlGpmMetricsGet"] += 1
+        error = self._injected(gpu.index, ("nvmlGpmMetricsGet",), ANY)
+        if error is not None:
+            raise _nvml_error(error)
+        values = gpu.gpm if second.instance is None else gpu.gpm_mig.get(second.instance, {})
+        for i in range(request.numMetrics):
+            metric = request.metrics[i]
+            code = gpu.gpm_returns.get(metric.metricId)
+            if code is None:
+                code = (
+                    pynvml.NVML_SUCCESS
+                    if metric.metricId in (values or {})
+                    else pynvml.NVML_ERROR_NOT_SUPPORTED
+                )
+            metric.nvmlReturn = code
+            metric.value = (values or {}).get(metric.metricId, 0.0) if code == pynvml.NVML_SUCCESS else 0.0
+        return request
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
         gpu = self._enter("nvmlDeviceGetEnforcedPowerLimit", handle)
