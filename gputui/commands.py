@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from gputui.attach import Outcome
 
 AUTOSTART = Path(__file__).resolve().parent / "agent" / "autostart"
+# The GPM interval of a one-shot reading: SM and tensor activity over 0.1 s (the counters' shortest
+# meaningful window, twice gputui.collect.gpm.MIN_INTERVAL_S).
+GPM_ONESHOT_S = 0.1
 
 
 def make_source(args: argparse.Namespace, start_at: float = 0.0, watch: bool = False) -> GpuSource:
@@ -31,7 +34,11 @@ def make_source(args: argparse.Namespace, start_at: float = 0.0, watch: bool = F
         )
     from gputui.collect.nvml import NvmlSource
 
-    return NvmlSource(devices_dir=args.devices_dir or Path("/dev"), xid_events=watch, gpm=gpm_mode(args))
+    # A one-shot reading (--once, --json) waits for its GPM interval; a monitor shows GPM from its next tick.
+    wait = 0.0 if watch else GPM_ONESHOT_S
+    return NvmlSource(
+        devices_dir=args.devices_dir or Path("/dev"), xid_events=watch, gpm=gpm_mode(args), gpm_wait=wait
+    )
 
 
 def gpm_mode(args: argparse.Namespace) -> str:

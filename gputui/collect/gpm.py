@@ -130,7 +130,11 @@ class GpmReader:
             return None, {}
         state = self.gpus[index]
         if state.whole is None:
-            state.whole = self._alloc_pair()
+            try:
+                state.whole = self._alloc_pair()
+            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+                state.supported = False  # a tape played back, a driver that says so late: n/a, no error
+                return None, {}
         whole = self._step(state, state.whole, lambda s: pynvml.nvmlGpmSampleGet(handle, s))
         wanted = set(instances)
         for gone in set(state.instances) - wanted:  # an instance destroyed: its samples go with it

@@ -284,14 +284,24 @@ def _init_error_message(err: Exception) -> str:
 class NvmlSource:
     name = "nvml"
 
-    def __init__(self, devices_dir: Path = Path("/dev"), xid_events: bool = False, gpm: str = "auto") -> None:
+    def __init__(
+        self,
+        devices_dir: Path = Path("/dev"),
+        xid_events: bool = False,
+        gpm: str = "auto",
+        gpm_wait: float = 0.0,
+    ) -> None:
         """`xid_events`: watch for Xid errors on a thread of its own (a monitor that keeps running wants
-        them; a one-shot reading, the doctor's, does not). `gpm`: "auto", "on" or "off" (see above)."""
+        them; a one-shot reading, the doctor's, does not). `gpm`: "auto", "on" or "off" (see above).
+        `gpm_wait`: GPM measures between two samples; open() takes the first, and the first read waits
+        until this many seconds have passed since (a one-shot reading wants GPM from its one read)."""
         if gpm not in GPM_MODES:
             raise ValueError(f"gpm: {gpm!r} is not one of {GPM_MODES}")
         self.devices_dir = devices_dir
         self.xid_events = xid_events
         self.gpm_mode = gpm
+        self.gpm_wait = gpm_wait
+        self._gpm_primed: float | None = None  # when open() took the first GPM samples
         self._gpm = gpm_mod.GpmReader(lambda: time.monotonic())
         self._gpm_blocker: str | None = None  # what holds the counters ("nv-hostengine (pid 812)")
         self.dcgm_running = gpm_mod.dcgm_running  # the tests point it elsewhere
@@ -326,10 +336,28 @@ class NvmlSource:
             raise SourceUnavailable(f"NVML cannot count the GPUs: {err}") from None
         self._gpus = [self._open_gpu(i) for i in range(count)]
         self._check_dcgm()
+        self._prime_gpm()
         if self.xid_events:
             self._xids = XidWatcher([(g.index, g.handle) for g in self._gpus if not g.lost])
             self._xids.start()
         return info
+
+    def _prime_gpm(self) -> None:
+        """The first GPM sample of each armed GPU, so that the first read measures GPM already."""
+        if not self.gpm_armed:
+            return
+        for gpu in self._gpus:
+            state = self._gpm.gpus.get(gpu.index)
+            if gpu.lost or state is None or not state.supported:
+                continue
+            try:
+                self._gpm.read(gpu.index, gpu.handle)
+                self._gpm_primed = time.monotonic()
+            except gpm_mod.GpmLost:
+                gpu.lost = True
+                self._gpm.forget(gpu.index)
+            except pynvml.NVMLError:  # tried again on the first read
+                pass
 
     def _check_dcgm(self) -> None:
         self._gpm_blocker = self.dcgm_running() if self.gpm_mode == "auto" else None
@@ -426,6 +454,11 @@ class NvmlSource:
             self._slow_ticks += 1
         if settings and self._slow_ticks > 1:  # open() looked already
             self._check_dcgm()
+        if self._gpm_primed is not None:
+            wait = self._gpm_primed + self.gpm_wait - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            self._gpm_primed = None
         if self._uninitialized:
             self._open_errors.append(self._initialize_again())
         if self._xids is not None:

@@ -341,6 +341,10 @@ class _FakeTime:
     def monotonic(self) -> float:
         return self._fake.now
 
+    def sleep(self, seconds: float) -> None:  # the source waits (a one-shot GPM interval): time passes
+        self._fake.advance(seconds)
+        self._fake.slept.append(seconds)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(_time, name)
 
@@ -456,6 +460,7 @@ class FakeNvml:
         self.event_wait_cap = 0.05  # seconds: the longest a fake wait blocks, whatever its timeout
         self._lock = threading.Lock()  # the event thread counts calls too
         self.gpm_samples: dict[int, FakeGpmSample] = {}
+        self.slept: list[float] = []  # what the source slept through the fake time module
 
     # -- set-up ---------------------------------------------------------------------------------------
 

@@ -85,8 +85,7 @@ def tick(src: NvmlSource, fake: FakeNvml, slow: bool = False, seconds: float = 1
 
 
 def test_metrics_come_from_two_samples_in_gputui_units(fake: FakeNvml, source: NvmlSource) -> None:
-    first = tick(source, fake)
-    assert first.gpus[0].gpm is None  # one sample measures nothing yet
+    # open() took the first sample: the first read measures already
     r = tick(source, fake, seconds=0.5)
     m = r.gpus[0].gpm
     assert m is not None
@@ -104,6 +103,32 @@ def test_metrics_come_from_two_samples_in_gputui_units(fake: FakeNvml, source: N
     assert m.pcie_rx == 2048 * MIB and m.pcie_tx == 120 * MIB  # NVML's MiB/s as bytes/s
     assert m.nvlink_tx == 31_000 * MIB and m.nvlink_rx == 30_000 * MIB
     assert r.gpm_note is None
+    assert tick(source, fake, seconds=2.0).gpus[0].gpm.interval == pytest.approx(2.0)  # type: ignore[union-attr]
+    assert fake.slept == []  # a monitor never waits for GPM
+
+
+def test_a_one_shot_reading_waits_for_its_interval(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = NvmlSource(gpm_wait=0.1)
+    monkeypatch.setattr(src, "dcgm_running", lambda: None)
+    src.open()
+    try:
+        fake.advance(0.02)  # the rest of start-up
+        m = src.read(True).gpus[0].gpm
+        assert fake.slept == [pytest.approx(0.08)]
+        assert m is not None and m.interval == pytest.approx(0.1) and m.sm_active == 88.5
+        src.read(False)
+        assert len(fake.slept) == 1  # once
+    finally:
+        src.close()
+
+
+def test_samples_closer_than_the_shortest_interval_measure_nothing(
+    fake: FakeNvml, source: NvmlSource
+) -> None:
+    tick(source, fake)
+    assert tick(source, fake, seconds=0.01).gpus[0].gpm is None  # noise: not shown
+    m = tick(source, fake, seconds=0.5).gpus[0].gpm
+    assert m is not None and m.interval == pytest.approx(0.51)  # measured from the kept sample
 
 
 def test_a_gpu_without_gpm_has_none_and_is_never_sampled(fake: FakeNvml, source: NvmlSource) -> None:
@@ -400,3 +425,17 @@ def test_the_cli_refuses_an_unknown_mode() -> None:
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "invalid choice: 'maybe'" in proc.stderr
+
+
+def test_samples_the_driver_cannot_allocate_mean_no_gpm_without_an_error_each_tick(
+    fake: FakeNvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.fail(None, "nvmlGpmSampleAlloc", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    src = open_source(monkeypatch)
+    try:
+        for _ in range(3):
+            r = tick(src, fake)
+            assert r.gpus[0].gpm is None and r.errors == ()
+        assert fake.system_calls["nvmlGpmSampleAlloc"] == 1
+    finally:
+        src.close()
