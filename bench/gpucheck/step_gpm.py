@@ -44,6 +44,45 @@ EXPECT: dict[str, list[tuple[str, float, float]]] = {
 }
 
 
+# gputui's own path (NvmlSource, gpm="on") under the same loads: GpmMetrics field -> (at least, at most),
+# and whether the GPU line's "busy but starved" case holds (util >= 90 with SM activity under 25 %).
+GPUTUI_EXPECT: dict[str, tuple[list[tuple[str, float, float]], bool]] = {
+    "matmul": ([("sm_active", 60, 100), ("tensor", 30, 100)], False),
+    "spin": ([("sm_active", 0, 5), ("tensor", 0, 1)], True),
+}
+
+
+def check_gputui(r: Result, load: str) -> None:
+    """Two reads of gputui's NVML source 1 s apart while `load` runs: its GpmMetrics as the raw ones."""
+    from gputui.collect.nvml import NvmlSource
+
+    source = NvmlSource(gpm="on")
+    source.open()
+    try:
+        source.read(True)
+        time.sleep(1.0)
+        start = time.perf_counter()
+        reading = source.read(False)
+        r.number(f"gputui_{load}_read_ms_all_gpus", round((time.perf_counter() - start) * 1000, 2))
+    finally:
+        source.close()
+    g = reading.gpus[0]
+    m = g.gpm
+    r.number(f"gputui_{load}_gpm", None if m is None else {k: getattr(m, k) for k in m.__slots__})
+    ranges, starved = GPUTUI_EXPECT[load]
+    for name, low, high in ranges:
+        value = getattr(m, name) if m is not None else None
+        r.check(
+            f"gputui {load}: GpmMetrics.{name}",
+            value is not None and low <= value <= high,
+            value,
+            f"{low}..{high}",
+        )
+    if starved:
+        busy = g.util_gpu is not None and g.util_gpu >= 90 and m is not None and (m.sm_active or 0) < 25
+        r.check(f"gputui {load}: busy but starved", busy, (g.util_gpu, m and m.sm_active), "util>=90, SM<25")
+
+
 class Gpm:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
@@ -137,6 +176,8 @@ def run(r: Result) -> None:
                             r.check(f"{load}: workload started", False, "no ready file", "running")
                             continue
                         loads[load] = measure(gpm, handle)
+                        if load in GPUTUI_EXPECT:
+                            check_gputui(r, load)
                 for name, low, high in EXPECT[load]:
                     value = median(loads[load], name)
                     r.check(
