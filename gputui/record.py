@@ -44,6 +44,11 @@ CSV_COLUMNS = (
     "pstate",
     "fan.speed [%]",
     "clocks_event_reasons.active",
+    # GPM (Hopper+), after nvidia-smi's columns so that a reader of those keeps working
+    "sm_active [%]",
+    "sm_occupancy [%]",
+    "tensor_active [%]",
+    "dram_active [%]",
 )
 
 
@@ -59,6 +64,9 @@ def csv_rows(snap: Snapshot) -> Iterator[list[str]]:
 
     def watts(x: float | None) -> str:
         return NA if x is None else f"{x:.2f}"
+
+    def pct(x: float | None) -> str:
+        return NA if x is None else f"{x:.1f}"
 
     for g in snap.gpus:
         yield [
@@ -79,6 +87,7 @@ def csv_rows(snap: Snapshot) -> Iterator[list[str]]:
             NA if g.pstate is None else f"P{g.pstate}",
             v(g.fan),
             NA if g.throttle_reasons is None else (" ".join(g.throttle_reasons) or "none"),
+            *(pct(getattr(g.gpm, k, None)) for k in ("sm_active", "sm_occupancy", "tensor", "dram")),
         ]
 
 

@@ -21,7 +21,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from gputui.jsonout import schema, snapshot_to_dict
-from gputui.model import AgentReport, GpuSample, Snapshot, TrainingProgress
+from gputui.model import AgentReport, GpmMetrics, GpuSample, Snapshot, TrainingProgress
 from gputui.record import CSV_COLUMNS, KEEP_ROTATED, NA, Recorder, csv_rows, read_recording
 from gputui.units import printable
 from tests.ui import world
@@ -509,7 +509,18 @@ def test_csv_throttle_reasons_are_space_separated() -> None:
     snap = world_snaps(1)[0]
     gpus = (dataclasses.replace(snap.gpus[0], throttle_reasons=("sw_power_cap", "sw_thermal")),)
     (row,) = csv_rows(dataclasses.replace(snap, gpus=gpus))
-    assert row[-1] == "sw_power_cap sw_thermal"
+    assert row[CSV_COLUMNS.index("clocks_event_reasons.active")] == "sw_power_cap sw_thermal"
+
+
+def test_csv_gpm_columns_follow_nvidia_smis_and_say_na_when_unknown() -> None:
+    snap = world_snaps(1)[0]
+    gpm = GpmMetrics(sm_active=6.25, sm_occupancy=None, tensor=0.0, dram=41.0)
+    gpus = (dataclasses.replace(snap.gpus[0], gpm=gpm), dataclasses.replace(snap.gpus[0], index=1, gpm=None))
+    rows = list(csv_rows(dataclasses.replace(snap, gpus=gpus)))
+    at = CSV_COLUMNS.index("sm_active [%]")
+    assert CSV_COLUMNS.index("clocks_event_reasons.active") < at
+    assert rows[0][at : at + 4] == ["6.2", NA, "0.0", "41.0"]  # 0 is a measured 0; unknown is [N/A]
+    assert rows[1][at : at + 4] == [NA] * 4
 
 
 def test_csv_header_once_per_file_and_in_every_rotated_part(tmp_path: Path) -> None:
