@@ -22,6 +22,7 @@ from gputui.collect.source import SourceUnavailable
 
 if TYPE_CHECKING:
     from gputui.collect.sampler import Sampler
+    from gputui.export.web_config import WebConfigFile
 
 EXIT_NO_SOURCE = 2
 NO_DRIVER_HINT = "run `gputui --demo` for simulated GPUs, or `gputui doctor` to find out why"
@@ -285,7 +286,25 @@ def _export_parser(sub: argparse._SubParsersAction, source: argparse.ArgumentPar
         metavar="NAME",
         help="the Hostname label (default: this machine's name)",
     )
+    p.add_argument(
+        "--web-config-file",
+        dest="web_config",
+        type=_web_config_file,
+        metavar="FILE",
+        help="TLS, basic auth (bcrypt) and headers from a Prometheus exporter-toolkit web config, the file "
+        "node_exporter and dcgm-exporter read (--web.config.file); read again when it changes",
+    )
     p.set_defaults(handler=commands.export)
+
+
+def _web_config_file(text: str) -> WebConfigFile:
+    """The web config read and checked now (certificates loaded): a bad one is one line at start."""
+    from gputui.export.web_config import WebConfigError, WebConfigFile
+
+    try:
+        return WebConfigFile(Path(text))
+    except WebConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _fleet_parser(sub: argparse._SubParsersAction) -> None:

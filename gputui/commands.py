@@ -284,12 +284,12 @@ def export(args: argparse.Namespace) -> int:
             exporter = ex.Exporter(sampler)
             exporter.tick()  # the first scrape already has data
             try:
-                server, port = ex.serve(exporter, args.port, args.bind)
+                server, port = ex.serve(exporter, args.port, args.bind, args.web_config)
             except OSError as err:
                 say("gputui export", f"cannot listen on {args.bind}:{args.port}: {err.strerror or err}")
                 return 2
             try:
-                ex.announce(port, args.bind, exporter, args.interval)
+                ex.announce(port, args.bind, exporter, args.interval, tls=server.tls)
                 ex.run(exporter, args.interval)
             finally:
                 server.close()  # within a fraction of a second, whatever its clients are doing

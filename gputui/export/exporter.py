@@ -19,6 +19,7 @@ import queue
 import re
 import selectors
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -34,6 +35,14 @@ from gputui import __version__
 from gputui.collect.dips import DipDetector
 from gputui.collect.sampler import Sampler
 from gputui.export.metrics import DipCounters, XidCounters, families, printable_labels
+from gputui.export.web_config import (
+    BasicAuth,
+    PasswordsBusy,
+    RateLimit,
+    WebConfigError,
+    WebConfigFile,
+    sans_allowed,
+)
 from gputui.model import Snapshot
 from gputui.units import printable
 
@@ -116,12 +125,15 @@ class Exporter:
         yield from families(snap, dips, xids)
 
 
-def serve(exporter: Exporter, port: int, bind: str) -> tuple[MetricsServer, int]:
-    """Start the HTTP server on its own threads; returns it and the port it listens on."""
+def serve(
+    exporter: Exporter, port: int, bind: str, web: WebConfigFile | None = None
+) -> tuple[MetricsServer, int]:
+    """Start the HTTP server on its own threads; returns it and the port it listens on. `web`: the
+    exporter-toolkit web config it runs under (TLS, basic auth, headers, rate limit), if any."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(exporter)  # Collector is a Protocol: collect() is all it asks for
     ProcessCollector(registry=registry)  # the exporter's own CPU and memory
-    server = MetricsServer(registry, port, bind)
+    server = MetricsServer(registry, port, bind, web=web)
     return server, server.port
 
 
@@ -130,10 +142,13 @@ def serve(exporter: Exporter, port: int, bind: str) -> tuple[MetricsServer, int]
 
 @dataclass
 class _Waiting:
-    """A connection whose request head has not all arrived yet."""
+    """A connection whose request head has not all arrived yet (or, over TLS, whose handshake has not)."""
 
     deadline: float
     head: bytearray = field(default_factory=bytearray)
+    handshake: bool = False  # TLS: the handshake is still under way
+    sans: frozenset[str] | None = None  # TLS: the client certificate must name one of these
+    events: int = selectors.EVENT_READ  # what the selector waits for (a handshake may want to write)
 
 
 class MetricsServer:
@@ -143,13 +158,26 @@ class MetricsServer:
     connection costs a file descriptor, no thread and no CPU, and is closed REQUEST_TIMEOUT_S after it
     was accepted however it dribbles. Complete requests go to a fixed pool of WORKERS threads through a
     bounded queue; they render the registry and answer, one request per connection.
+
+    Over TLS the handshake runs on the same thread, non-blocking, step by step as the client's bytes
+    arrive, under the same deadline: a client that connects and never says hello costs what an idle
+    connection costs. Basic authentication (bcrypt) and the rate limit are the workers'.
     """
 
     def __init__(
-        self, registry: CollectorRegistry, port: int, bind: str, request_timeout: float = REQUEST_TIMEOUT_S
+        self,
+        registry: CollectorRegistry,
+        port: int,
+        bind: str,
+        request_timeout: float = REQUEST_TIMEOUT_S,
+        web: WebConfigFile | None = None,
     ) -> None:
         self.registry = registry
         self.request_timeout = request_timeout
+        self.web = web
+        self.tls = web is not None and web.tls
+        self._auth = BasicAuth()
+        self._rate = RateLimit()
         self._listener = _listen(bind, port)
         self.port: int = self._listener.getsockname()[1]
         self._wake_r, self._wake_w = socket.socketpair()
@@ -208,16 +236,33 @@ class MetricsServer:
                 self._drop(next(iter(self._waiting)))
             conn.setblocking(False)
             waiting = _Waiting(time.monotonic() + self.request_timeout)
+            if self.tls:
+                wrapped = self._wrap(conn, waiting)
+                if wrapped is None:
+                    continue
+                conn = wrapped
             self._waiting[conn] = waiting
             self._selector.register(conn, selectors.EVENT_READ, waiting)
 
-    def _read(self, conn: socket.socket, waiting: _Waiting) -> None:
+    def _wrap(self, conn: socket.socket, waiting: _Waiting) -> ssl.SSLSocket | None:
+        """The connection in TLS, its handshake not begun (it is read step by step); None, and closed,
+        while the web config is bad (fail closed)."""
+        assert self.web is not None
         try:
-            chunk = conn.recv(4096)
-        except (BlockingIOError, InterruptedError):
+            config = self.web.current()
+            assert config.context is not None  # self.tls: every good reading has one
+            waiting.handshake, waiting.sans = True, config.allowed_sans
+            return config.context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        except (WebConfigError, OSError):
+            conn.close()
+            return None
+
+    def _read(self, conn: socket.socket, waiting: _Waiting) -> None:
+        if waiting.handshake and not self._handshake(conn, waiting):
             return
-        except OSError:
-            chunk = b""
+        chunk = self._receive(conn, waiting)
+        if chunk is None:
+            return
         if not chunk:
             self._drop(conn)
             return
@@ -233,6 +278,50 @@ class MetricsServer:
             self._requests.put_nowait((conn, bytes(waiting.head[:end])))
         except queue.Full:
             _refuse(conn, 503)
+
+    def _receive(self, conn: socket.socket, waiting: _Waiting) -> bytes | None:
+        """What the client sent (b"": it closed, or failed), None when nothing yet. Over TLS, also what
+        the TLS layer already holds decrypted: the socket will not wake the selector for that."""
+        try:
+            chunk = conn.recv(4096)
+            while isinstance(conn, ssl.SSLSocket) and conn.pending() and len(chunk) <= MAX_HEAD_BYTES:
+                chunk += conn.recv(4096)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+            self._want(conn, waiting, selectors.EVENT_READ)
+            return None
+        except ssl.SSLWantWriteError:
+            self._want(conn, waiting, selectors.EVENT_WRITE)
+            return None
+        except OSError:
+            return b""
+        return chunk
+
+    def _handshake(self, conn: socket.socket, waiting: _Waiting) -> bool:
+        """One step of the TLS handshake: True once it is done (and the client certificate names an
+        allowed SAN, where the config lists some); the connection is closed if it failed."""
+        assert isinstance(conn, ssl.SSLSocket)
+        try:
+            conn.do_handshake()
+        except ssl.SSLWantReadError:
+            self._want(conn, waiting, selectors.EVENT_READ)
+            return False
+        except ssl.SSLWantWriteError:
+            self._want(conn, waiting, selectors.EVENT_WRITE)
+            return False
+        except (OSError, ValueError):  # a bad hello, an unverified certificate, a reset
+            self._drop(conn)
+            return False
+        if waiting.sans is not None and not sans_allowed(conn.getpeercert(), waiting.sans):
+            self._drop(conn)
+            return False
+        waiting.handshake = False
+        self._want(conn, waiting, selectors.EVENT_READ)
+        return True
+
+    def _want(self, conn: socket.socket, waiting: _Waiting, events: int) -> None:
+        if waiting.events != events:
+            waiting.events = events
+            self._selector.modify(conn, events, waiting)
 
     def _expire(self, now: float) -> None:
         while self._waiting:
@@ -276,17 +365,33 @@ class MetricsServer:
         if request is None:
             return _response(400, b"bad request\n")
         method, path, headers = request
+        extra = ""
+        if self.web is not None:  # the toolkit's order: the file, the rate limit, then who asks
+            try:
+                config = self.web.current()
+            except WebConfigError:
+                return _response(500, b"internal server error: see the exporter's log\n")
+            extra = config.header_lines
+            if not self._rate.allow(config.rate_interval, config.rate_burst):
+                return _response(429, b"too many requests\n", extra=extra)
+            if config.users:
+                try:
+                    allowed = self._auth.allows(config.users, headers.get("authorization"))
+                except PasswordsBusy:
+                    return _response(503, b"busy checking passwords: try again\n", extra=extra)
+                if not allowed:
+                    return _response(401, b"unauthorized\n", extra=extra + "WWW-Authenticate: Basic\r\n")
         if path not in ("/", "/metrics"):
-            return _response(404, b"not found: metrics are at /metrics\n")
+            return _response(404, b"not found: metrics are at /metrics\n", extra=extra)
         if method != "GET":
-            return _response(405, b"only GET\n", extra="Allow: GET\r\n")
+            return _response(405, b"only GET\n", extra=extra + "Allow: GET\r\n")
         if path == "/":
-            return _response(200, b"gputui exporter: metrics are at /metrics\n")
+            return _response(200, b"gputui exporter: metrics are at /metrics\n", extra=extra)
         try:
             body, content_type = self._render(headers.get("accept", ""))
         except Exception as err:  # a collector failed: say so, and keep serving
-            return _response(500, f"scrape failed: {type(err).__name__}\n".encode())
-        return _response(200, body, content_type)
+            return _response(500, f"scrape failed: {type(err).__name__}\n".encode(), extra=extra)
+        return _response(200, body, content_type, extra=extra)
 
     def _render(self, accept: str) -> tuple[bytes, str]:
         """The exposition format the scraper asked for (OpenMetrics or Prometheus text)."""
@@ -384,12 +489,13 @@ def run(
         stop.wait(next_at - now)
 
 
-def announce(port: int, bind: str, exporter: Exporter, interval: float) -> None:
+def announce(port: int, bind: str, exporter: Exporter, interval: float, tls: bool = False) -> None:
     host = "localhost" if bind in ("", "0.0.0.0", "::") else bind
     if ":" in host:
         host = f"[{host}]"
+    scheme = "https" if tls else "http"
     print(
-        f"gputui export: http://{host}:{port}/metrics (Hostname={printable(exporter.sampler.hostname)}, "
+        f"gputui export: {scheme}://{host}:{port}/metrics (Hostname={printable(exporter.sampler.hostname)}, "
         f"source {exporter.sampler.source.name}, sampled every {interval:g} s)",
         file=sys.stderr,
         flush=True,
