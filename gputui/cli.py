@@ -381,6 +381,12 @@ def _doctor_parser(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="where the nvidia device files are (default /dev): a driver container's, for --pid",
     )
+    p.add_argument(
+        "--gpm",
+        choices=("auto", "on", "off"),
+        help="read GPM (SM and tensor activity, Hopper+) for its checks: auto (default, or the saved "
+        "setting) unless DCGM runs on the host; on shares the counters with DCGM; off",
+    )
     p.set_defaults(handler=commands.doctor)
 
 

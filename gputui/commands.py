@@ -346,7 +346,7 @@ def doctor(args: argparse.Namespace) -> int:
     from gputui.doctor.run import diagnose
 
     try:
-        checks = diagnose(pid=args.pid, python=python, devices_dir=args.devices_dir)
+        checks = diagnose(pid=args.pid, python=python, devices_dir=args.devices_dir, gpm=gpm_mode(args))
     except NoSuchProcess as err:
         say("gputui doctor", printable(str(err)))  # it may quote a process's name: another user's text
         return report.EXIT_CANNOT_RUN

@@ -4,6 +4,14 @@ A sample is "in a dip" when utilization is under half the rolling median of the 
 and at least 20 points below it, while a process is on the GPU. A dip is a run of such samples lasting
 MIN_DIP_S or more; a short one is a *stall* (typically the data loader), a long one a *long* dip (end
 of epoch, evaluation, a checkpoint). Steady noise (95 ± 3 %) never qualifies.
+
+Which number: on a GPU with GPM (Hopper and newer) the dip is measured on SM activity, not NVML's
+utilization. Utilization is "a kernel ran": a data-starved loop of tiny kernels keeps it near 100 % while
+SM activity falls to a few percent. A GPU's track keeps one signal (Dip.signal "sm" or "util"): GPM may
+appear after the first tick and disappear when DCGM takes the counters, and the two numbers have different
+busy levels, so a switch ends the dip in progress and learns the busy level afresh. A tick without SM
+activity on a track measured on it is a hole (not a dip, not an end) until SIGNAL_GRACE such ticks in a
+row say GPM is gone.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from dataclasses import dataclass
 
 from gputui.collect import dip_causes
 from gputui.collect.dip_causes import Cause
-from gputui.model import Snapshot, XidEvent
+from gputui.model import GpuSample, Snapshot, XidEvent
 
 MIN_DIP_S = 2.0
 LONG_DIP_S = 5.0  # at least this long: an end-of-epoch / evaluation / checkpoint dip
@@ -22,6 +30,12 @@ BUSY_WINDOW = 120  # recent busy samples the median is taken over
 MIN_BUSY_SAMPLES = 10  # no verdict before the GPU has shown what "busy" means
 MIN_DROP = 20.0
 MAX_DIPS = 500
+SM, UTIL = "sm", "util"  # what a dip was measured on: GPM's SM activity, or NVML's utilization
+# Ticks in a row without SM activity before a track measured on it falls back to utilization: one GPM
+# reading may fail or come too soon after the last (gputui.collect.gpm.MIN_INTERVAL_S); DCGM taking the
+# counters is every tick from then on.
+SIGNAL_GRACE = 3
+TENSOR_WINDOW = 30  # recent busy tensor-activity readings: were the tensor cores in use before a dip
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +49,7 @@ class Dip:
     wait_share: float | None = None  # data-loader wait share reported by an agent on that GPU
     last: float | None = None  # time of the last sample inside the dip (end is the first one back)
     causes: tuple[Cause, ...] = ()  # what else was true meanwhile: an Xid, a stall, busy host CPUs, ...
+    signal: str = UTIL  # what baseline and lowest are: SM activity (GPM) or NVML's utilization, percent
 
     @property
     def duration(self) -> float:
@@ -47,6 +62,10 @@ class Dip:
     @property
     def kind(self) -> str:
         return "long" if self.duration >= LONG_DIP_S else "stall"
+
+    def fell(self) -> str:
+        """`95→5%` on utilization, `SM 88→6%` on SM activity."""
+        return f"{'SM ' if self.signal == SM else ''}{self.baseline:.0f}→{self.lowest:.0f}%"
 
     def wait_text(self) -> str:
         """The data loader's verdict, from the agent's share of step time spent waiting for data."""
@@ -71,6 +90,17 @@ class _GpuTrack:
         self.wait_share: float | None = None
         self.causes: dict[str, Cause] = {}
         self.job: frozenset[int] = frozenset()  # the GPU processes the busy level belongs to
+        self.signal: str | None = None  # SM or UTIL: what `busy` holds; None until the first reading
+        self.missing = 0  # ticks in a row without SM activity on a track measured on it
+        self.tensor: deque[float] = deque(maxlen=TENSOR_WINDOW)  # tensor activity while busy (GPM)
+
+    def restart(self) -> None:
+        """Another job, or another signal: the busy level is learnt afresh."""
+        self.busy.clear()
+        self.tensor.clear()
+
+    def tensor_before(self) -> float | None:
+        return statistics.median(self.tensor) if len(self.tensor) >= MIN_BUSY_SAMPLES // 2 else None
 
 
 class DipDetector:
@@ -94,58 +124,85 @@ class DipDetector:
             track = self.tracks.setdefault(g.index, _GpuTrack())
             job = frozenset(jobs.get(g.index, ()))
             if job and not job & track.job:  # another job: its busy level is its own, learnt afresh
-                track.busy.clear()
+                track.restart()
             if job:
                 track.job = job
-            util = None if g.lost else g.util_gpu
-            dip = self._step(track, g.index, snap, util, bool(job))
-            if dip is not None:
-                ended.append(dip)
-                self.dips.append(dip)
+            found: list[Dip] = []
+            signal, value = _reading(g)
+            if track.signal == SM and signal != SM and not g.lost:
+                track.missing += 1
+                if track.missing < SIGNAL_GRACE:
+                    continue  # a hole in the SM readings: neither low nor back
+                # GPM is gone (DCGM took the counters, --gpm off): utilization from now on.
+                signal, value = UTIL, None if g.util_gpu is None else float(g.util_gpu)
+            if signal == SM:
+                track.missing = 0
+            if signal is not None and signal != track.signal:
+                if track.signal is not None:  # the old number's dip ends here; its busy level is no use now
+                    found += filter(None, [self._close(track, g.index, snap.time)])
+                    track.restart()
+                track.signal = signal
+            found += filter(None, [self._step(track, g.index, snap, value, bool(job), g)])
+            ended += found
+            self.dips.extend(found)
         self.xids.extend(snap.xids)
         return ended
 
     def _step(
-        self, track: _GpuTrack, gpu: int, snap: Snapshot, util: float | None, busy_job: bool
+        self,
+        track: _GpuTrack,
+        gpu: int,
+        snap: Snapshot,
+        value: float | None,
+        busy_job: bool,
+        sample: GpuSample,
     ) -> Dip | None:
         median = statistics.median(track.busy) if len(track.busy) >= MIN_BUSY_SAMPLES else None
         low = (
-            util is not None
+            value is not None
             and busy_job
             and median is not None
-            and util < 0.5 * median
-            and util <= median - MIN_DROP
+            and value < 0.5 * median
+            and value <= median - MIN_DROP
         )
         if low:
-            assert util is not None and median is not None
+            assert value is not None and median is not None
             if track.start is None:
-                track.start, track.lowest, track.baseline = snap.time, util, median
-            track.lowest = min(track.lowest, util)
+                track.start, track.lowest, track.baseline = snap.time, value, median
+            track.lowest = min(track.lowest, value)
             track.last = snap.time
             share = _wait_share(snap, gpu)
             if share is not None:
                 track.wait_share = share
-            dip_causes.merge(track.causes, dip_causes.observe(snap, gpu, self.xids))
+            found = dip_causes.observe(snap, gpu, self.xids, tensor_before=track.tensor_before())
+            dip_causes.merge(track.causes, found)
             return None
+        finished = self._close(track, gpu, snap.time)  # the first sample back above the line closes it
+        if value is not None and busy_job:
+            track.busy.append(value)
+            tensor = sample.gpm.tensor if sample.gpm is not None and track.signal == SM else None
+            if tensor is not None:
+                track.tensor.append(tensor)
+        return finished
+
+    def _close(self, track: _GpuTrack, gpu: int, end: float) -> Dip | None:
+        """End the dip in progress at `end`: the Dip when it lasted MIN_DIP_S, else None."""
         finished = None
-        if track.start is not None and track.last is not None:
-            end = snap.time  # the first sample back above the line closes the dip
-            if end - track.start >= MIN_DIP_S:
-                finished = Dip(
-                    gpu,
-                    track.start,
-                    end,
-                    track.baseline,
-                    track.lowest,
-                    wait_share=track.wait_share,
-                    last=track.last,
-                    causes=tuple(track.causes.values()),
-                )
-            track.start = track.last = None
-            track.wait_share = None
-            track.causes = {}
-        if util is not None and busy_job:
-            track.busy.append(util)
+        if track.start is not None and track.last is not None and end - track.start >= MIN_DIP_S:
+            finished = Dip(
+                gpu,
+                track.start,
+                end,
+                track.baseline,
+                track.lowest,
+                wait_share=track.wait_share,
+                last=track.last,
+                causes=tuple(track.causes.values()),
+                signal=track.signal or UTIL,
+            )
+        track.start = track.last = None
+        track.wait_share = None
+        track.causes = {}
         return finished
 
     def ongoing(self, now: float) -> list[Dip]:
@@ -160,6 +217,7 @@ class DipDetector:
                 wait_share=t.wait_share,
                 last=t.last,
                 causes=tuple(t.causes.values()),
+                signal=t.signal or UTIL,
             )
             for gpu, t in self.tracks.items()
             if t.start is not None and now - t.start >= MIN_DIP_S
@@ -176,6 +234,16 @@ class DipDetector:
             "mean_dip_s": round(sum(d.duration for d in dips) / len(dips), 1) if dips else None,
             "busy_percent": round(100 * busy_s / (now - since), 1) if now > since else None,
         }
+
+
+def _reading(g: GpuSample) -> tuple[str | None, float | None]:
+    """The number a dip is measured on: SM activity where GPM has it, else NVML's utilization."""
+    if g.lost:
+        return None, None
+    sm = g.gpm.sm_active if g.gpm is not None else None
+    if sm is not None:
+        return SM, sm
+    return (UTIL, float(g.util_gpu)) if g.util_gpu is not None else (None, None)
 
 
 def _wait_share(snap: Snapshot, gpu: int) -> float | None:

@@ -17,6 +17,10 @@ from gputui.collect.source import SourceUnavailable
 from gputui.model import GpuProcess, GpuSample, MigInstance
 
 _MODULE_VERSION = re.compile(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d+(?:\.\d+)+)")
+# GPM measures between two samples: NvmlSource.open() takes the first and the doctor's one read the second
+# this long after. A second spans a few training steps, so one step's data-loader gap or optimizer step
+# does not decide the verdict (a monitor's --once takes 0.1 s; the doctor asks PyTorch for seconds anyway).
+DOCTOR_GPM_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +55,10 @@ class SystemFacts:
     processes: tuple[GpuProcess, ...] = ()
     # path -> "ok", "missing" or "no access" (not readable and writable by this user)
     device_files: dict[str, str] = field(default_factory=dict)
-    samples: tuple[GpuSample, ...] = ()  # NVML's reading of each GPU: its health (ECC, remaps, PCIe link)
+    # NVML's reading of each GPU: its health (ECC, remaps, PCIe link) and, on Hopper and newer with GPM armed,
+    # its SM, tensor and DRAM activity over DOCTOR_GPM_S (GpuSample.gpm)
+    samples: tuple[GpuSample, ...] = ()
+    gpm_note: str | None = None  # why GPM is not armed where a GPU could serve it (DCGM runs, --gpm off)
 
     def by_index(self, index: int) -> GpuFact | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -112,9 +119,15 @@ def device_access(root: Path, minors: list[int], dev: Path | None = None) -> dic
 
 
 def gather(
-    root: Path = Path("/"), maps: Path = Path("/proc/self/maps"), devices_dir: Path | None = None
+    root: Path = Path("/"),
+    maps: Path = Path("/proc/self/maps"),
+    devices_dir: Path | None = None,
+    gpm: str = "auto",
+    gpm_s: float = DOCTOR_GPM_S,
 ) -> SystemFacts:
-    """`devices_dir`: where the nvidia device files are, when not in root/dev (doctor --devices-dir)."""
+    """`devices_dir`: where the nvidia device files are, when not in root/dev (doctor --devices-dir).
+    `gpm`: "auto" (not behind a running DCGM), "on" or "off", as the monitor's --gpm; `gpm_s`: how long the
+    GPM reading measures (the one read waits for it)."""
     module = kernel_module(root)
     dev = devices_dir or root / "dev"
     try:
@@ -130,7 +143,7 @@ def gather(
             device_files=device_access(root, [], dev),
         )
     try:
-        source = NvmlSource(devices_dir=dev)
+        source = NvmlSource(devices_dir=dev, gpm=gpm, gpm_wait=gpm_s)
         try:
             info = source.open()
             reading = source.read(slow=True)
@@ -169,6 +182,7 @@ def gather(
             gpus=gpus,
             processes=reading.processes,
             device_files=device_access(root, minors, dev),
+            gpm_note=reading.gpm_note,
         )
     finally:
         with contextlib.suppress(pynvml.NVMLError):

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from gputui.doctor import checks_cuda, checks_system, checks_torch, facts, process, torch_probe
+from gputui.doctor import checks_cuda, checks_gpm, checks_system, checks_torch, facts, process, torch_probe
 from gputui.doctor.report import Check
 from gputui.model import ProcessRow
 
@@ -23,16 +23,23 @@ def diagnose(
     seen: tuple[facts.SystemFacts, Path] | None = None,
     devices_dir: Path | None = None,
     watched: tuple[ProcessRow, ...] = (),
+    gpm: str = "auto",
 ) -> list[Check]:
     """Every check; raises process.NoSuchProcess when `pid` names no process. The TUI passes what it
     already knows: `idle_s` from its history, and in `seen` its own view of the GPUs and processes with
     their device directory (the demo's, when it runs on simulated GPUs), for the process checks.
     `devices_dir`: where the nvidia device files are (doctor --devices-dir); root/dev by default.
-    `watched`: the TUI's rows of `pid`, with the memory trend and hung verdict of the monitor's history."""
+    `watched`: the TUI's rows of `pid`, with the memory trend and hung verdict of the monitor's history.
+    `gpm`: "auto", "on" or "off", as the monitor's --gpm (SM and tensor activity; not behind DCGM in auto).
+    In the TUI the GPM verdicts judge the monitor's own reading (`seen`), measured over a whole tick."""
     env = dict(os.environ if env is None else env)
     if system is None:
-        system = facts.gather(root, devices_dir=devices_dir) if devices_dir else facts.gather(root)
+        if gpm != "auto":
+            system = facts.gather(root, devices_dir=devices_dir, gpm=gpm)
+        else:  # the plain calls, as before (tests stand a narrower gather in)
+            system = facts.gather(root, devices_dir=devices_dir) if devices_dir else facts.gather(root)
     out = checks_system.driver(system) + checks_system.gpus(system) + checks_system.health(system)
+    out += checks_gpm.checks(seen[0], system) if seen is not None else checks_gpm.checks(system)
     seen_by_cuda: tuple[facts.GpuFact, ...] = ()
     if system.gpus:
         out.append(checks_cuda.visible_devices(env, system.gpus))

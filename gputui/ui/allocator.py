@@ -1,4 +1,10 @@
-"""The allocator panel: PyTorch's CUDA caching allocator in one process, through its gputui agent."""
+"""The allocator panel: PyTorch's CUDA caching allocator in one process, through its gputui agent.
+
+A profile's verdict (input-, launch-, host- or gpu-bound) comes from the agent; on a GPU with GPM (Hopper
+and newer) the panel adds what the counters said of the process's GPU (or MIG instance) while the profile
+recorded: SM activity, occupancy, tensor activity, and gputui.collect.dip_causes.gpm_findings' verdicts
+("tensor cores idle: fp32 matmuls?", "SM occupancy 12%: small kernels or batch"). It reads them from the
+snapshots the app forwards; no NVML call of its own."""
 
 from __future__ import annotations
 
@@ -16,13 +22,14 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from gputui.collect.agents import AgentHistory, AgentPoller
-from gputui.collect.dip_causes import ProfileNote
+from gputui.collect.dip_causes import ProfileNote, gpm_findings, gpm_of, gpm_reading, mean_gpm
 from gputui.collect.profile_reply import ProfileOp, ProfileStatus
 from gputui.model import (
     AGENT_SLOW,
     AGENT_UNREADABLE,
     AgentReport,
     AllocatorDevice,
+    GpmMetrics,
     Snapshot,
     TrainingProgress,
 )
@@ -94,6 +101,9 @@ class AllocatorScreen(Modal[None]):
         self.recording = False
         self.armed: str | None = None  # the action key pressed once: a second press runs it
         self.profile: ProfileStatus | None = None  # the last profile_status answer, once P was confirmed
+        # GPM of the process's GPU, with NVML's utilization, from each snapshot while the profile recorded.
+        self.profile_gpm: list[tuple[GpmMetrics, float | None]] = []
+        self._gpm_seen: Snapshot | None = None  # the last snapshot looked at (follow() may repeat one)
         self.message = (
             "h: history on/off · s: dump a snapshot · e: empty_cache · P: profile (press twice to confirm)"
             if poller is not None
@@ -110,6 +120,7 @@ class AllocatorScreen(Modal[None]):
     def follow(self, snap: Snapshot) -> None:
         """A new snapshot (the app forwards each one while the panel is open)."""
         self.snapshot = snap
+        self.watch_gpm(snap)
         report = snap.agents.get(self.pid)
         devices = report.devices if report is not None and report.ok else ()
         for d in devices:
@@ -118,6 +129,43 @@ class AllocatorScreen(Modal[None]):
         self.body.update(self.render_panel(report))
         if devices:
             self.previous = {d.index: d for d in devices}
+
+    def gpm_now(self, snap: Snapshot) -> tuple[GpmMetrics | None, float | None]:
+        """The GPM reading of the process's GPU (its MIG instance's when it runs in one) and NVML's
+        utilization of the same, in `snap`; (None, None) where there is none."""
+        row = next((r for r in snap.processes if r.pid == self.pid and r.gpu is not None and r.kinds), None)
+        sample = next((g for g in snap.gpus if row is not None and g.index == row.gpu), None)
+        if row is None or sample is None or sample.lost:
+            return None, None
+        gpm = gpm_of(sample, row.gpu_instance)
+        if row.gpu_instance is not None and sample.mig:
+            inst = next((i for i in sample.mig if i.gpu_instance == row.gpu_instance), None)
+            return gpm, float(inst.util) if inst is not None and inst.util is not None else None
+        return gpm, float(sample.util_gpu) if sample.util_gpu is not None else None
+
+    def watch_gpm(self, snap: Snapshot) -> None:
+        """Keep the GPU's GPM reading of each snapshot that comes while the profile records."""
+        if snap is self._gpm_seen or self.profile is None or self.profile.state != "recording":
+            return
+        self._gpm_seen = snap
+        gpm, util = self.gpm_now(snap)
+        if gpm is not None:
+            self.profile_gpm.append((gpm, util))
+
+    def profile_gpm_verdict(self) -> tuple[GpmMetrics | None, float | None, str]:
+        """The GPM a finished profile is judged with: the mean over its recording, else (a profile shorter
+        than a tick) the latest reading; with NVML's utilization and which of the two it is."""
+        if self.profile_gpm:
+            utils = [u for _, u in self.profile_gpm if u is not None]
+            mean = mean_gpm(m for m, _ in self.profile_gpm)
+            n = len(self.profile_gpm)
+            return (
+                mean,
+                sum(utils) / len(utils) if utils else None,
+                f"{n} reading{'s' * (n > 1)} while profiled",
+            )
+        gpm, util = self.gpm_now(self.snapshot)
+        return gpm, util, "now"
 
     def render_panel(self, report: AgentReport | None) -> Table:
         grid = Table.grid(padding=(0, 2))
@@ -190,6 +238,7 @@ class AllocatorScreen(Modal[None]):
                     f"{s.verdict}: {s.explanation}", style="bold red" if s.verdict != "gpu-bound" else "bold"
                 ),
             )
+            self._gpm_rows(grid)
             rate = f" ({s.steps_per_s:.1f}/s while profiled)" if s.steps_per_s is not None else ""
             wall = f" in {s.wall_s:.2f} s" if s.wall_s is not None else ""
             grid.add_row(
@@ -216,6 +265,16 @@ class AllocatorScreen(Modal[None]):
             ):
                 for i, op in enumerate(ops[:PROFILE_TOP]):
                     grid.add_row(label if i == 0 else "", Text(_op_line(op, width, device)))
+
+    def _gpm_rows(self, grid: Table) -> None:
+        """What GPM said of the GPU meanwhile: its numbers, then each verdict with its fix. Nothing on a
+        GPU without GPM (before Hopper, DCGM holding the counters): the agent's verdict stands alone."""
+        gpm, util, when = self.profile_gpm_verdict()
+        if gpm is None:
+            return
+        grid.add_row("GPM", Text(f"{gpm_reading(gpm)} ({when})"))
+        for finding in gpm_findings(gpm, util):
+            grid.add_row("", Text.assemble((finding.text, "bold yellow"), (f" — {finding.fix}", "dim")))
 
     def _name_width(self) -> int:
         """Operator names are cut to what is left of the panel's width after the labels and times."""
@@ -296,6 +355,7 @@ class AllocatorScreen(Modal[None]):
             params["enabled"] = self.recording
         if op == "profile":
             params = {"steps": PROFILE_STEPS, "max_seconds": PROFILE_SECONDS}
+            self.profile_gpm = []  # a new profile: its own readings
         self.message = f"{op} …"
         self.follow(self.snapshot)
         self._run(op, params)
@@ -340,6 +400,8 @@ class AllocatorScreen(Modal[None]):
 
     def _profiled(self, status: ProfileStatus | None, message: str | None) -> None:
         if status is not None:
+            if status.state == "recording" and (self.profile is None or self.profile.state != "recording"):
+                self._gpm_seen = self.snapshot  # its GPM was measured before the recording began
             self.profile = status
             if status.state == "done":
                 self.message = "profile: done"
@@ -355,7 +417,9 @@ class AllocatorScreen(Modal[None]):
         gpu = next((r.gpu for r in self.snapshot.processes if r.pid == self.pid and r.gpu is not None), None)
         end = time.time()
         start = end - (s.wall_s or status.elapsed_s or 0.0)
-        self.on_profile(ProfileNote(self.pid, gpu, start, end, s.verdict))
+        gpm, util, _ = self.profile_gpm_verdict()
+        found = "; ".join(f.text for f in gpm_findings(gpm, util)) if gpm is not None else ""
+        self.on_profile(ProfileNote(self.pid, gpu, start, end, s.verdict, gpm=found))
 
 
 def _window(progress: TrainingProgress) -> str:

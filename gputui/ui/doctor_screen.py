@@ -35,7 +35,7 @@ def view_of(snap: Snapshot) -> SystemFacts:
         if p.kinds and p.gpu is not None
     )
     # The samples carry each GPU's memory: the process checks' time until it is full.
-    return SystemFacts(gpus=gpus, processes=procs, samples=snap.gpus)
+    return SystemFacts(gpus=gpus, processes=procs, samples=snap.gpus, gpm_note=snap.gpm_note)
 
 
 def watched_rows(snap: Snapshot | None, pid: int | None) -> tuple[ProcessRow, ...]:

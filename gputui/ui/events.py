@@ -149,7 +149,7 @@ class EventsScreen(Modal[None]):
                 compact_gpus(g.gpus),
                 *job,
                 f"{g.duration:.0f} s",
-                f"-{deepest.depth:.0f} pts ({deepest.baseline:.0f}→{deepest.lowest:.0f}%)",
+                f"-{deepest.depth:.0f} pts ({deepest.fell()})",  # `SM 88→6%` when measured on SM activity
                 Text(kind, style="yellow" if g.kind == "long" else "red"),
                 Text(g.explanation(profile_causes(self.profiles, g.gpus, g.start, g.end))),
             )
@@ -215,7 +215,9 @@ class EventsScreen(Modal[None]):
                 "Under half the recent busy median and 20+ points below it, for 2 s or more, with a process "
                 "on the GPU. stall: shorter than 5 s (often the data loader); long: end of epoch, "
                 "evaluation, checkpoint. The GPUs of one job (ranks of one launcher) that dip together "
-                "share a row; the per-GPU table counts each GPU's own dips.",
+                "share a row; the per-GPU table counts each GPU's own dips. SM: measured on SM activity "
+                "(GPM, Hopper and newer), which falls when a starved loop runs tiny kernels and NVML's "
+                "utilization stays near 100%.",
                 style="dim",
             ),
             self.summary_table(),

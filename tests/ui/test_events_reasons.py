@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from gputui.collect.dip_causes import ProfileNote
 from gputui.collect.forecast import MIB
-from gputui.model import GpuSample, HostStats, ProcessRow, Snapshot, XidEvent
+from gputui.model import GpmMetrics, GpuSample, HostStats, ProcessRow, Snapshot, XidEvent
 from gputui.ui.events import EventsScreen
 from tests.ui.conftest import first_frame
 from tests.ui.test_dips_ui import events_text, press
@@ -69,3 +69,27 @@ async def test_a_dips_reason_and_the_alerts_of_a_process_that_is_gone() -> None:
             "python leak.py?[2J?]0;owned? growing 120 MiB/min — this GPU is full in ~5 min"
         ) in flat
         assert "\x1b" not in body and "\x07" not in body
+
+
+async def test_a_dip_measured_on_sm_activity_says_so_with_what_the_counters_saw() -> None:
+    """On a GPU with GPM a starved loop keeps NVML's utilization at 98 % while SM activity falls 88 → 6 %:
+    the row says it was measured on SM, and why (PCIe copies from the host, the profile's GPM verdict)."""
+    snaps = []
+    for s in snapshots():
+        low = 60 <= s.time - T0 < 64
+        gpm = GpmMetrics(interval=1.0, sm_active=6.0 if low else 88.0, pcie_rx=4 * 1024**3 if low else 0.0)
+        gpus = (replace(s.gpus[0], util_gpu=98, gpm=gpm), s.gpus[1])
+        snaps.append(replace(s, gpus=gpus, host=HostStats(cpu_percent=40.0), xids=()))
+    app = app_on(snaps)
+    idle = "tensor cores idle: fp32 matmuls? (SM 85% active, tensor 0%)"
+    app.profiles.append(ProfileNote(5000, 0, T0 + 20, T0 + 22, "gpu-bound", gpm=idle))
+    async with app.run_test(size=SIZE) as pilot:
+        await first_frame(pilot, app)
+        await press(pilot, "e")
+        flat = " ".join(events_text(app).split())
+        assert (
+            f"{clock(60)} 0 4 s -82 pts (SM 88→6%) stall GPU 0 PCIe host→device 4.0 GiB/s: the step waits "
+            "on copies from the host (pin_memory=True with non_blocking=True overlaps them); "
+            f"profile of pid 5000: gpu-bound, {idle}"
+        ) in flat
+        assert "SM: measured on SM activity (GPM, Hopper and newer)" in flat
