@@ -34,7 +34,7 @@ from prometheus_client.registry import CollectorRegistry
 from gputui import __version__
 from gputui.collect.dips import DipDetector
 from gputui.collect.sampler import Sampler
-from gputui.export.metrics import DipCounters, XidCounters, families, printable_labels
+from gputui.export.metrics import DipCounters, XidCounters, families, printable_labels, retype_counters
 from gputui.export.web_config import (
     BasicAuth,
     PasswordsBusy,
@@ -399,7 +399,10 @@ class MetricsServer:
             encoder, content_type = choose_encoder(accept)
         except Exception:  # prometheus-client raises on some malformed Accept headers
             encoder, content_type = choose_encoder("")
-        return encoder(self.registry), content_type
+        body = retype_counters(
+            encoder(self.registry), content_type.startswith("application/openmetrics-text")
+        )
+        return body, content_type
 
     # -- stopping ------------------------------------------------------------------------------------
 

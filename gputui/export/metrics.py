@@ -1,8 +1,21 @@
 """A Snapshot as Prometheus metric families.
 
-GPU metrics carry dcgm-exporter's names, units and labels, so dashboards made for dcgm-exporter work
-unchanged. gputui's own metrics (prefix ``gputui_``) add what dcgm-exporter cannot see: processes and
-their memory, zombie classes, unaccounted memory, utilization dips and the torch allocator.
+GPU metrics carry dcgm-exporter's names, units, types and labels (checked against its
+etc/default-counters.csv, etc/dcp-metrics-included.csv and its collector's labelling), so dashboards made
+for dcgm-exporter work unchanged:
+- `DCGM_FI_PROF_*` from NVML GPM (Hopper+): ratios 0..1 and bytes/s, per GPU and per MIG instance;
+  absent (no sample) on a GPU without GPM, never 0;
+- each `DCGM_*` series of a GPU carries `gpu`, `UUID`, `pci_bus_id`, `device` (`nvidia<index>`, as
+  dcgm-exporter names it: the GPU index, not the minor number), `modelName`, `Hostname` (the released
+  dcgm-exporters' spelling; its main branch renamed it `hostname` after 4.8.2), `DCGM_FI_DRIVER_VERSION`,
+  and, on a GPU whose processes all belong to one Kubernetes pod or one SLURM job, `pod`, `namespace`,
+  `container`, `pod_uid` or `hpc_job`, as dcgm-exporter's pod and HPC mappings add them;
+- `DCGM_FI_DEV_XID_ERRORS` carries `err_code` and `err_msg`;
+- the counters of its csv (energy, ECC and retired-page counts, remapped rows, NVLink bandwidth) are typed
+  `counter` under their own names, with no `_total` (see `retype_counters`).
+
+gputui's own metrics (prefix ``gputui_``) add what dcgm-exporter cannot see: processes and their memory,
+zombie classes, unaccounted memory, utilization dips and the torch allocator.
 
 Families are built fresh from the latest snapshot at each scrape: the series of a process that exited
 are simply not there any more.
@@ -27,11 +40,13 @@ from prometheus_client.samples import Sample
 
 from gputui.collect.classify import SUSPICIOUS
 from gputui.collect.dips import Dip
+from gputui.collect.xid import XIDS, xid_name
 from gputui.model import GpuSample, MigInstance, Owner, ProcessRow, Snapshot, XidEvent
 from gputui.units import printable
 
 MIB = 1024 * 1024
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"  # dcgm-exporter's "label" field: the driver on every GPU series
 ZOMBIE_CLASSES = tuple(sorted(SUSPICIOUS))
 DIP_KINDS = ("stall", "long")
 COMMAND_CHARS = 60  # a label is stored with every sample: keep the command short
@@ -86,13 +101,118 @@ DCGM_FIELDS: tuple[tuple[str, str, str, Any], ...] = (
     ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", "gauge", lambda g: g.mem_clock),
     ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", "gauge", lambda g: g.enc_util),
     ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", "gauge", lambda g: g.dec_util),
-    # A counter in dcgm-exporter; prometheus-client cannot write a counter without `_total`, so the TYPE
-    # line says gauge and the name stays dcgm-exporter's (rate() and increase() work the same).
     (
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "Total energy consumption since boot (in mJ).",
-        "gauge",
+        "counter",
         _energy_mj,
+    ),
+)
+
+
+def _ratio(attr: str) -> Any:
+    def read(g: GpuSample | MigInstance) -> float | None:
+        value = getattr(g.gpm, attr) if g.gpm is not None else None
+        return None if value is None else value / 100.0  # percent -> dcgm-exporter's 0..1
+
+    return read
+
+
+def _rate(attr: str) -> Any:
+    def read(g: GpuSample | MigInstance) -> float | None:
+        return getattr(g.gpm, attr) if g.gpm is not None else None
+
+    return read
+
+
+# (name, help, GpmMetrics field): DCGM's profiling fields, read from NVML GPM (per GPU and MIG instance).
+PROF_FIELDS: tuple[tuple[str, str, Any], ...] = (
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", _ratio("graphics")),
+    (
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "The ratio of cycles an SM has at least 1 warp assigned.",
+        _ratio("sm_active"),
+    ),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of number of warps resident on an SM.", _ratio("sm_occupancy")),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        _ratio("tensor"),
+    ),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE",
+        "Ratio of cycles the HMMA tensor pipe is active.",
+        _ratio("hmma"),
+    ),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE",
+        "Ratio of cycles the IMMA tensor pipe is active.",
+        _ratio("imma"),
+    ),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE",
+        "Ratio of cycles the DFMA tensor pipe is active.",
+        _ratio("dfma"),
+    ),
+    (
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        _ratio("dram"),
+    ),
+    ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "Ratio of cycles the fp64 pipes are active.", _ratio("fp64")),
+    ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "Ratio of cycles the fp32 pipes are active.", _ratio("fp32")),
+    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "Ratio of cycles the fp16 pipes are active.", _ratio("fp16")),
+    ("DCGM_FI_PROF_PIPE_INT_ACTIVE", "Ratio of cycles the integer pipe is active.", _ratio("integer")),
+    (
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and data "
+        "payloads - in bytes per second.",
+        _rate("pcie_tx"),
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "The rate of data received over the PCIe bus - including both protocol headers and data payloads "
+        "- in bytes per second.",
+        _rate("pcie_rx"),
+    ),
+    (
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "The rate of data transmitted over NVLink, in bytes per second.",
+        _rate("nvlink_tx"),
+    ),
+    (
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "The rate of data received over NVLink, in bytes per second.",
+        _rate("nvlink_rx"),
+    ),
+)
+
+
+def _nvlink_total(g: GpuSample) -> float | None:
+    """DCGM's NVLINK_BANDWIDTH_TOTAL: (received + sent KiB)/s / 1000, DCGM's own arithmetic (its cache
+    manager divides the KiB counters' delta by seconds, then by 1000). A rate, though dcgm-exporter's csv
+    types it `counter` (its PR #658 to change that was closed): served as dcgm-exporter serves it."""
+    if g.nvlink_rx is None or g.nvlink_tx is None:
+        return None
+    return round((g.nvlink_rx + g.nvlink_tx) / 1024 / 1000, 3)
+
+
+# (name, help, type, value): fields dcgm-exporter serves beyond its default csv that dashboards ask for.
+EXTRA_FIELDS: tuple[tuple[str, str, str, Any], ...] = (
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).", "gauge", lambda g: g.power_limit),
+    (
+        "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX",
+        "Maximum power management limit (in W).",
+        "gauge",
+        lambda g: g.power_limit_max,
+    ),
+    ("DCGM_FI_DEV_MAX_SM_CLOCK", "Maximum SM clock (in MHz).", "gauge", lambda g: g.sm_clock_max),
+    ("DCGM_FI_DEV_MAX_MEM_CLOCK", "Maximum memory clock (in MHz).", "gauge", lambda g: g.mem_clock_max),
+    (
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "Total number of NVLink bandwidth counters for all lanes.",
+        "counter",
+        _nvlink_total,
     ),
 )
 
@@ -126,6 +246,39 @@ HEALTH_FIELDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# The families dcgm-exporter types `counter` under a name without `_total` (its csv). prometheus-client
+# writes a counter's HELP and TYPE as `<name>_total`, so `retype_counters` puts the name back in the text
+# format, and, in OpenMetrics, where a counter's samples must end in `_total`, says `unknown`.
+DCGM_COUNTERS = frozenset(
+    {
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "DCGM_FI_DEV_RETIRED_SBE",
+        "DCGM_FI_DEV_RETIRED_DBE",
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    }
+)
+
+
+def retype_counters(body: bytes, openmetrics: bool) -> bytes:
+    """dcgm-exporter's counters as it types them: `# TYPE X counter` with samples named X (Prometheus text
+    format), or `# TYPE X unknown` in OpenMetrics (legal with any sample name; rate() works the same)."""
+    for name in DCGM_COUNTERS:
+        n = name.encode()
+        if openmetrics:
+            body = body.replace(b"# TYPE " + n + b" counter\n", b"# TYPE " + n + b" unknown\n", 1)
+        else:
+            body = body.replace(b"# HELP " + n + b"_total ", b"# HELP " + n + b" ", 1)
+            body = body.replace(b"# TYPE " + n + b"_total counter\n", b"# TYPE " + n + b" counter\n", 1)
+    return body
+
+
 @dataclass
 class XidCounters:
     """Per GPU: the last Xid error and how many were seen since the exporter started."""
@@ -155,9 +308,54 @@ class DipCounters:
 
 
 def gpu_labels(g: GpuSample, hostname: str) -> list[str]:
-    """dcgm-exporter's label values: `device` is the /dev/nvidiaN name, N being the minor number."""
-    device = f"nvidia{g.minor if g.minor is not None else g.index}"
-    return [str(g.index), g.uuid or "", g.pci_bus_id or "", device, g.name or "", hostname]
+    """dcgm-exporter's label values: `device` is `nvidia<GPU index>`, as it writes it (not the minor
+    number of /dev/nvidiaN, which can differ: gputui's screen shows that)."""
+    return [str(g.index), g.uuid or "", g.pci_bus_id or "", f"nvidia{g.index}", g.name or "", hostname]
+
+
+def _job_labels(procs: list[ProcessRow]) -> dict[str, str]:
+    """pod, namespace, container and pod_uid of the one Kubernetes pod, or hpc_job of the one SLURM job,
+    whose processes are all of a GPU's (instance's) GPU processes, as dcgm-exporter's mappings label a
+    GPU's series; none when the GPU is shared, or runs anything else."""
+    owners = {(p.owner.kind, p.owner.id) for p in procs if p.owner is not None}
+    if len(owners) != 1 or any(p.owner is None for p in procs):
+        return {}
+    owner = next(p.owner for p in procs if p.owner is not None)
+    container, pod, namespace, hpc_job = owner_labels(owner)
+    if owner.kind == "kubernetes":
+        containers = {(p.owner.container or "")[:12] for p in procs if p.owner is not None}
+        one = container if len(containers) == 1 else ""  # a pod's GPU shared by its containers: no name
+        return {"pod": pod, "namespace": namespace, "container": one, "pod_uid": _bounded(owner.id, 64)}
+    if owner.kind == "slurm":
+        return {"hpc_job": hpc_job}
+    return {}
+
+
+@dataclass(frozen=True)
+class _DcgmLabels:
+    """The labels of one snapshot's DCGM_* series, per GPU and per MIG GPU instance."""
+
+    snap: Snapshot
+    base: dict[int, list[str]]
+
+    def gpu(self, g: GpuSample) -> dict[str, str]:
+        labels = dict(zip(GPU_LABELS, self.base[g.index], strict=True))
+        return self._more(labels, [p for p in self._gpu_procs(g.index)])
+
+    def instance(self, g: GpuSample, inst: MigInstance) -> dict[str, str]:
+        labels = _mig_labels(self.base[g.index], inst)
+        procs = [p for p in self._gpu_procs(g.index) if p.gpu_instance == inst.gpu_instance]
+        return self._more(labels, procs)
+
+    def _gpu_procs(self, index: int) -> list[ProcessRow]:
+        return [p for p in self.snap.processes if p.gpu == index and p.kinds]
+
+    def _more(self, labels: dict[str, str], procs: list[ProcessRow]) -> dict[str, str]:
+        if self.snap.driver_version:
+            labels[DRIVER_LABEL] = _bounded(self.snap.driver_version, 32)
+        if procs:
+            labels.update(_job_labels(procs))
+        return labels
 
 
 def _short_command(command: str | None, name: str | None) -> str:
@@ -186,28 +384,34 @@ def _printable_sample(sample: Sample) -> Sample:
     return sample._replace(labels={k: printable(str(v)) for k, v in sample.labels.items()})
 
 
-def _health_families(
-    live: list[GpuSample], labels: dict[int, list[str]], xids: XidCounters | None
-) -> Iterator[Metric]:
+def _health_families(live: list[GpuSample], dcgm: _DcgmLabels, xids: XidCounters | None) -> Iterator[Metric]:
     for name, doc, attr in HEALTH_FIELDS:
-        fam = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
+        fam = Metric(name, doc, "counter" if name in DCGM_COUNTERS else "gauge")
         for g in live:
             value = getattr(g.health, attr) if g.health is not None else None
             if value is not None:
-                fam.add_metric(labels[g.index], float(value))
+                fam.add_sample(name, dcgm.gpu(g), float(value))
         yield fam
-    last = GaugeMetricFamily(
-        "DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", labels=GPU_LABELS
-    )
+    last = Metric("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", "gauge")
     count = CounterMetricFamily(
         "gputui_xid_errors", "Xid errors seen since the exporter started.", labels=GPU_LABELS
     )
     xids = xids or XidCounters()
     for g in live:
-        last.add_metric(labels[g.index], float(xids.last.get(g.index, 0)))
-        count.add_metric(labels[g.index], float(xids.count.get(g.index, 0)))
+        code = xids.last.get(g.index, 0)
+        last.add_sample(last.name, {**dcgm.gpu(g), **xid_labels(code)}, float(code))
+        count.add_metric(dcgm.base[g.index], float(xids.count.get(g.index, 0)))
     yield last
     yield count
+
+
+def xid_labels(code: int) -> dict[str, str]:
+    """err_code and err_msg, as dcgm-exporter labels the last Xid ("No Error" for none; its own words for
+    an Xid gputui does not describe)."""
+    if code == 0:
+        return {"err_code": "0", "err_msg": "No Error"}
+    message = xid_name(code) if code in XIDS else "Unknown Error"
+    return {"err_code": str(code), "err_msg": message}
 
 
 def _forecast_families(snap: Snapshot, labels: dict[int, list[str]]) -> Iterator[Metric]:
@@ -252,17 +456,29 @@ def families(
     host = snap.hostname
     live = [g for g in snap.gpus if not g.lost]
     labels = {g.index: gpu_labels(g, host) for g in snap.gpus}
-    for name, doc, kind, read in DCGM_FIELDS:
+    dcgm = _DcgmLabels(snap, labels)
+    for name, doc, kind, read in (*DCGM_FIELDS, *EXTRA_FIELDS):
         fam = Metric(name, doc, kind)
         for g in live:
             value = read(g)
             if value is not None:  # unsupported here: no sample, as dcgm-exporter does
-                fam.add_sample(name, dict(zip(GPU_LABELS, labels[g.index], strict=True)), float(value))
+                fam.add_sample(name, dcgm.gpu(g), float(value))
             if name in MIG_FIELDS:
                 for inst in _instances(g):
                     value = MIG_FIELDS[name](inst)
                     if value is not None:
-                        fam.add_sample(name, _mig_labels(labels[g.index], inst), float(value))
+                        fam.add_sample(name, dcgm.instance(g, inst), float(value))
+        yield fam
+    for name, doc, read in PROF_FIELDS:
+        fam = Metric(name, doc, "gauge")
+        for g in live:
+            value = read(g)
+            if value is not None:
+                fam.add_sample(name, dcgm.gpu(g), float(value))
+            for inst in _instances(g):
+                value = read(inst)
+                if value is not None:
+                    fam.add_sample(name, dcgm.instance(g, inst), float(value))
         yield fam
 
     lost = GaugeMetricFamily(
@@ -282,7 +498,7 @@ def families(
     yield unaccounted
     yield _mig_util_family(live, labels)
 
-    yield from _health_families(live, labels, xids)
+    yield from _health_families(live, dcgm, xids)
     yield from _forecast_families(snap, labels)
     yield from _process_families(snap, labels)
     yield from _dip_families(snap, labels, dips)

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gputui import __version__
 from gputui.collect.classify import SUSPICIOUS
+from gputui.export.metrics import DCGM_COUNTERS
 from tests.export.servers import Exporter
 from tests.processes import describe, gone, wait_until
 
@@ -44,7 +45,10 @@ def parse(text: str) -> Samples:
     out: Samples = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+            # prometheus-client's parser names a counter's samples `<name>_total`; Prometheus keeps
+            # dcgm-exporter's own names
+            name = fam.name if fam.name in DCGM_COUNTERS else s.name
+            out.setdefault(name, []).append((dict(s.labels), s.value))
     return out
 
 

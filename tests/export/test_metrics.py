@@ -20,10 +20,19 @@ from gputui.collect.agent_reply import parse as agent_reply_parse
 from gputui.collect.classify import SUSPICIOUS
 from gputui.collect.dips import Dip
 from gputui.export.exporter import Exporter
-from gputui.export.metrics import HEALTH_FIELDS, DipCounters, families
+from gputui.export.metrics import (
+    DCGM_COUNTERS,
+    EXTRA_FIELDS,
+    HEALTH_FIELDS,
+    PROF_FIELDS,
+    DipCounters,
+    families,
+    retype_counters,
+)
 from gputui.model import GpuSample, ProcessRow, Snapshot
 
 HOST = "node-7"
+DRIVER = "580.95.05"
 MIB = 1 << 20
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "agent_stats_cuda.json"
 GPU_LABEL_NAMES = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
@@ -90,12 +99,16 @@ class _Families:
 def scrape(collector: object) -> Scrape:
     registry = CollectorRegistry()
     registry.register(collector)  # type: ignore[arg-type]
-    text = generate_latest(registry).decode()
+    text = retype_counters(generate_latest(registry), openmetrics=False).decode()  # as the exporter serves it
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     types: dict[str, str] = {}
     seen = set()
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
+            # prometheus-client's parser names a counter's samples `<name>_total`; Prometheus keeps
+            # dcgm-exporter's names, and so does this reader.
+            name = s.name[: -len("_total")] if fam.name in DCGM_COUNTERS else s.name
+            s = s._replace(name=name)
             key = (s.name, tuple(sorted(s.labels.items())))
             assert key not in seen, f"duplicate series {key}: Prometheus rejects the scrape"
             seen.add(key)
@@ -117,7 +130,7 @@ def gpu0(**changes: Any) -> GpuSample:
         name="NVIDIA H100 80GB HBM3",
         uuid="GPU-0b5c8a64-1e27-4bd5-9f1c-0a2a6c3b7d11",
         pci_bus_id="00000000:18:00.0",
-        minor=3,  # minor differs from index: device must say nvidia3
+        minor=3,  # minor differs from index: device still says nvidia0, as dcgm-exporter writes it
         util_gpu=97,
         util_mem=41,
         mem_total=81559 * MIB,
@@ -192,7 +205,7 @@ def snapshot(
         time=time,
         hostname=HOST,
         source="nvml",
-        driver_version="580.95.05",
+        driver_version=DRIVER,
         nvml_version="13.580.95.05",
         cuda_driver_version="13.0",
         gpus=gpus,
@@ -215,17 +228,19 @@ def test_every_dcgm_field_for_every_gpu_with_dcgm_exporters_labels() -> None:
             "gpu": "0",
             "UUID": "GPU-0b5c8a64-1e27-4bd5-9f1c-0a2a6c3b7d11",
             "pci_bus_id": "00000000:18:00.0",
-            "device": "nvidia3",
+            "device": "nvidia0",  # dcgm-exporter's: the index, though /dev/nvidia3 is its device file
             "modelName": "NVIDIA H100 80GB HBM3",
             "Hostname": HOST,
+            "DCGM_FI_DRIVER_VERSION": DRIVER,
         },
         "1": {
             "gpu": "1",
             "UUID": "GPU-77e0d2f4-93aa-4c1e-8d5e-2f1b0c9e6a42",
             "pci_bus_id": "00000000:3B:00.0",
-            "device": "nvidia0",
+            "device": "nvidia1",
             "modelName": "NVIDIA A100-SXM4-40GB",
             "Hostname": HOST,
+            "DCGM_FI_DRIVER_VERSION": DRIVER,
         },
     }
     for name in DCGM_NAMES:
@@ -233,9 +248,12 @@ def test_every_dcgm_field_for_every_gpu_with_dcgm_exporters_labels() -> None:
         assert sorted(labels["gpu"] for labels, _ in got) == ["0", "1"], name
         for labels, _ in got:
             assert labels == expected_labels[labels["gpu"]], name
-        assert s.types[name] == "gauge"
+        assert s.types[name] == ("counter" if name in DCGM_COUNTERS else "gauge"), name
     health = {name for name, _, _ in HEALTH_FIELDS} | {"DCGM_FI_DEV_XID_ERRORS"}  # test_health_metrics.py
-    assert not [n for n in s.samples if n.startswith("DCGM_") and n not in DCGM_NAMES and n not in health]
+    more = {name for name, *_ in (*EXTRA_FIELDS, *PROF_FIELDS)}  # test_dcgm_dropin.py
+    assert not [
+        n for n in s.samples if n.startswith("DCGM_") and n not in DCGM_NAMES and n not in health | more
+    ]
 
 
 def test_dcgm_values_in_dcgm_units() -> None:
@@ -266,11 +284,11 @@ def test_fb_free_never_goes_negative() -> None:
     assert s.value("DCGM_FI_DEV_FB_USED", gpu="0") == 900
 
 
-def test_device_falls_back_to_the_index_without_a_minor() -> None:
+def test_device_is_the_index_with_or_without_a_minor() -> None:
     s = scrape_snapshot(snapshot([gpu0(), gpu1(minor=None)]))
     assert s.by("DCGM_FI_DEV_GPU_UTIL", "gpu") == {"0": 97, "1": 0}
     assert {labels["gpu"]: labels["device"] for labels, _ in s.series("DCGM_FI_DEV_GPU_UTIL")} == {
-        "0": "nvidia3",
+        "0": "nvidia0",
         "1": "nvidia1",
     }
 
@@ -316,7 +334,7 @@ def test_a_lost_gpu_has_no_dcgm_samples_but_is_flagged_lost() -> None:
         "gpu": "1",
         "UUID": lost.uuid,
         "pci_bus_id": lost.pci_bus_id,
-        "device": "nvidia0",
+        "device": "nvidia1",
         "modelName": lost.name,
         "Hostname": HOST,
     }
@@ -457,7 +475,7 @@ def test_unaccounted_memory_per_gpu() -> None:
     s = scrape_snapshot(snapshot(unaccounted_memory={0: 1610612736, 1: None}))
     assert s.by("gputui_unaccounted_memory_bytes", "gpu") == {"0": 1610612736}
     labels, _ = s.series("gputui_unaccounted_memory_bytes")[0]
-    assert labels.keys() == GPU_LABEL_NAMES and labels["device"] == "nvidia3"
+    assert labels.keys() == GPU_LABEL_NAMES and labels["device"] == "nvidia0"
     zero = scrape_snapshot(snapshot(unaccounted_memory={0: 0, 1: 0}))
     assert zero.by("gputui_unaccounted_memory_bytes", "gpu") == {"0": 0, "1": 0}
 
@@ -491,7 +509,7 @@ def test_dip_counters_by_kind_seconds_and_in_dip() -> None:
     assert s.by("gputui_dip_seconds_total", "gpu") == {"0": pytest.approx(15.0), "1": pytest.approx(9.5)}
     assert s.by("gputui_gpu_in_dip", "gpu") == {"0": 0, "1": 1}
     labels, _ = s.series("gputui_dips_total", gpu="1", kind="long")[0]
-    assert labels.keys() == GPU_LABEL_NAMES | {"kind"} and labels["device"] == "nvidia0"
+    assert labels.keys() == GPU_LABEL_NAMES | {"kind"} and labels["device"] == "nvidia1"
 
     counters.add([dip(1, 500, 3.0)], [])  # the ongoing one ended: counted, and no GPU is in a dip
     s = scrape_snapshot(snapshot(), counters)

@@ -37,11 +37,13 @@ def test_each_instance_has_memory_series_with_dcgm_exporters_labels() -> None:
     assert used == {"": 40000, "3": 10 * 1024, "5": 1024}  # MiB, whole MiB; the GPU's own series stays
     assert free == {"": (81559 - 40000 - 515) - 1, "3": 30 * 1024 - 1, "5": 9 * 1024}
     labels = s.series("DCGM_FI_DEV_FB_USED", GPU_I_ID="3")[0][0]
-    assert labels.keys() == GPU_LABEL_NAMES | {"GPU_I_ID", "GPU_I_PROFILE"}
-    assert labels["GPU_I_PROFILE"] == "3g.40gb" and labels["device"] == "nvidia3"
+    assert labels.keys() == GPU_LABEL_NAMES | {"GPU_I_ID", "GPU_I_PROFILE", "DCGM_FI_DRIVER_VERSION"}
+    assert labels["GPU_I_PROFILE"] == "3g.40gb" and labels["device"] == "nvidia0"
     # Only memory: utilization and the rest stay the GPU's, one series each.
     assert [lb.get("GPU_I_ID") for lb, _ in s.series("DCGM_FI_DEV_GPU_UTIL", gpu="0")] == [None]
-    assert s.series("DCGM_FI_DEV_FB_USED", gpu="1")[0][0].keys() == GPU_LABEL_NAMES  # MIG off
+    assert s.series("DCGM_FI_DEV_FB_USED", gpu="1")[0][0].keys() == GPU_LABEL_NAMES | {  # MIG off
+        "DCGM_FI_DRIVER_VERSION"
+    }
 
 
 def test_instance_utilization_only_where_the_driver_reports_it() -> None:
