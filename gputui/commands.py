@@ -30,7 +30,12 @@ def make_source(args: argparse.Namespace, start_at: float = 0.0, watch: bool = F
         from gputui.collect.demo import DemoSource
 
         return DemoSource(
-            gpus=args.demo_gpus, seed=args.seed, start_at=start_at, mig=args.demo_mig, faults=args.demo_faults
+            gpus=args.demo_gpus,
+            seed=args.seed,
+            start_at=start_at,
+            mig=args.demo_mig,
+            faults=args.demo_faults,
+            gpm=gpm_mode(args),
         )
     from gputui.collect.nvml import NvmlSource
 

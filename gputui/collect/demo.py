@@ -1,11 +1,16 @@
 """The demo source: simulated GPUs whose processes are real.
 
 The GPU readings are simulated (training epochs at ~95 % with short data-loader stalls and longer
-evaluation dips; memory ramping up at start), deterministic for a seed and a clock. The processes are
-real children: one trainer per GPU with data-loader workers, one orphaned worker whose parent has
-exited, one defunct child, all holding stand-in device files (nvidia0..N-1, nvidiactl, nvidia-uvm in a
-private temporary directory) exactly as CUDA processes hold /dev/nvidia*. So the process join, the
-holder scan and kill all run on real processes.
+evaluation dips; memory ramping up at start), deterministic for a seed and a clock. The GPUs are H100s, so
+they serve GPM (SM, tensor and DRAM activity) as NVML's reader takes it: a healthy bf16 rank keeps its SMs
+~90 % active and its tensor cores ~60 %; one rank (STARVED_GPU) is starved for data part of the time, so
+NVML's utilization still reads ~95 % while its SMs sit nearly empty; a stall, an evaluation or an idle GPU
+is low on both.
+
+The processes are real children: one trainer per GPU with data-loader workers, one orphaned worker whose
+parent has exited, one defunct child, all holding stand-in device files (nvidia0..N-1, nvidiactl,
+nvidia-uvm in a private temporary directory) exactly as CUDA processes hold /dev/nvidia*. So the process
+join, the holder scan and kill all run on real processes.
 
 Nothing outlives gputui: every child watches a pipe whose only writer is gputui, and exits at its
 end-of-file, which the kernel delivers however gputui ends (exit, signal, crash, SIGKILL).
@@ -30,7 +35,7 @@ from typing import TypedDict
 import psutil
 
 from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
-from gputui.model import GpuHealth, GpuProcess, GpuSample, MigInstance, XidEvent
+from gputui.model import GpmMetrics, GpuHealth, GpuProcess, GpuSample, MigInstance, XidEvent
 
 
 class _SlowFields(TypedDict):
@@ -67,6 +72,37 @@ FAULT_XIDS = (94, 63)
 # With mig=True, GPU 0 is split as an H100 80GB can be (sizes as nvidia-smi mig -lgip lists them):
 # (GPU instance, compute instance, profile, memory). Its trainer runs in the first.
 MIG_LAYOUT = ((1, 0, "3g.40gb", 40192 * MIB), (5, 0, "2g.20gb", 20224 * MIB), (13, 0, "1g.10gb", 9984 * MIB))
+# Of an H100's 7 compute slices and 8 memory slices, what each of MIG_LAYOUT's instances has: a GPU's GPM
+# ratio is its instances' weighted by their share of the SMs (DRAM: of the memory).
+MIG_SLICES = ((3, 4), (2, 2), (1, 1))
+# For STARVED_FOR_S of every STARVED_EVERY_S from STARVED_FROM_S on (a one-shot reading of the demo, at
+# 120 s, falls in the first stretch), this rank's data loader cannot keep up (a slow shard): between
+# batches the trainer runs a loop of tiny kernels, so a kernel is nearly always running (NVML's utilization
+# ~95 %) while its SMs are nearly empty (GPM: SM active ~6 %). Only GPM shows it: a dip on SM activity,
+# and `busy but starved` on screen.
+STARVED_GPU = 2
+STARVED_EVERY_S, STARVED_FROM_S, STARVED_FOR_S = 130.0, 100.0, 45.0
+POWER_LIMIT_MAX = 700.0  # an H100 SXM's highest settable power limit
+# GPM as gputui.collect.gpm reads it: metrics between two samples, none between two closer than this.
+GPM_MIN_INTERVAL_S = 0.05
+# open() takes the first sample as NvmlSource.open does, dated this much earlier: a one-shot reading's
+# wait for its GPM interval (gputui.commands.GPM_ONESHOT_S) is simulated, not slept.
+GPM_PRIMED_S = 0.1
+GPM_MODES = ("auto", "on", "off")
+GPM_OFF_NOTE = 'GPM is off (--gpm off, or gpm = "off" in the settings): SM and tensor activity n/a'
+
+
+# GPM per stage of a trainer: (mean, spread) in percent of SM active, SM occupancy, tensor (all HMMA: bf16),
+# DRAM, fp16, fp32 and integer pipes; the level drifts within the spread every GPM_DRIFT_S. A healthy bf16
+# step keeps the SMs ~92 % active at ~50 % occupancy (big GEMM blocks) with the tensor cores ~60 %; the
+# starved rank's tiny kernels leave them nearly empty.
+GPM_DRIFT_S = 10.0
+GPM_LEVELS: dict[str, tuple[tuple[float, float], ...]] = {
+    "train": ((92.0, 3.0), (50.0, 6.0), (60.0, 7.0), (50.0, 7.0), (6.0, 2.0), (12.0, 3.0), (9.0, 3.0)),
+    "starved": ((6.0, 2.0), (3.0, 1.0), (0.4, 0.4), (3.0, 1.0), (0.3, 0.3), (1.0, 0.5), (1.0, 0.5)),
+    "eval": ((14.0, 4.0), (10.0, 3.0), (4.0, 2.0), (8.0, 3.0), (1.0, 0.5), (3.0, 1.0), (3.0, 1.0)),
+    "stall": ((4.0, 2.0), (2.0, 1.0), (0.2, 0.2), (3.0, 1.0), (0.1, 0.1), (0.5, 0.3), (0.5, 0.3)),
+}
 
 
 class _Sim:
@@ -91,6 +127,7 @@ class _Sim:
         self.power_cap = 500.0 if index == 3 else 700.0  # GPU 3 runs power-capped: it throttles
         self.uuid = "GPU-" + "-".join(f"{rng.getrandbits(b):0{b // 4}x}" for b in (32, 16, 16, 16, 48))
         self.ended_at: float | None = None  # when its trainer ended: from then on the GPU idles
+        self.starved = index == STARVED_GPU
 
     def noise(self, t: float, spread: float, salt: str = "") -> float:
         return random.Random(f"{self.seed}:{self.index}:{int(t)}{salt}").uniform(-spread, spread)
@@ -118,6 +155,82 @@ class _Sim:
         else:
             level = 95.0 + self.noise(t, 3.0)
         return max(0.0, min(100.0, level * (0.3 + 0.7 * ramp)))
+
+    def starving(self, t: float) -> bool:
+        """Training, on the starved rank, while its loader lags: kernels all the time, almost no work in
+        them."""
+        lagging = t >= STARVED_FROM_S and (t - STARVED_FROM_S) % STARVED_EVERY_S < STARVED_FOR_S
+        return self.starved and lagging and self.stage(t) == "train"
+
+    def load(self, t: float) -> float:
+        """How hard the GPU works, 0..1, for its power draw: its utilization, but a starved loop's tiny
+        kernels draw little."""
+        return self.util(t) / 100.0 * (0.2 if self.starving(t) else 1.0)
+
+    def pcie(self, t: float) -> tuple[int, int]:
+        """(rx, tx) bytes/s over PCIe. Each training step's batch comes from the host (a few hundred MB/s
+        of a language model's tokens and masks), little goes back (losses, logs); evaluation sends its
+        metrics back; a stalled or starved trainer gets only what its data loader makes."""
+        stage = self.stage(t)
+        if stage == "ended":
+            return 0, 0
+        rx, tx = {"train": (4.5e8, 4e7), "eval": (1.5e8, 6e7), "stall": (3e7, 5e6)}[stage]
+        if self.starving(t):
+            rx, tx = 6e7, 1e7
+        elif stage == "train":
+            ramp = 0.3 + 0.7 * min(1.0, t / _RAMP_S)
+            rx, tx = rx * ramp, tx * ramp
+        return round(rx * (1 + self.noise(t, 0.1, ":prx"))), round(tx * (1 + self.noise(t, 0.1, ":ptx")))
+
+    def gpm(self, t: float, interval: float) -> GpmMetrics:
+        """GPM's metrics over the `interval` seconds up to `t`, as NVML computes them for an H100 (see
+        GPM_LEVELS). The graphics engine is busy whenever a kernel runs: NVML's utilization; no SM is
+        active longer than that. Rates as NVML's own (the same PCIe and NVLink counters)."""
+        util = self.util(t)
+        stage = self.stage(t)
+        pcie_rx, pcie_tx = self.pcie(t)
+        nvlink_rx, nvlink_tx = self.nvlink(t)
+        rates = dict(pcie_rx=float(pcie_rx), pcie_tx=float(pcie_tx))
+        rates.update(nvlink_rx=float(nvlink_rx), nvlink_tx=float(nvlink_tx))
+        if stage == "ended":
+            zeros = dict.fromkeys(("graphics", "sm_active", "sm_occupancy", "tensor", "dram"), 0.0)
+            idle = dict.fromkeys(("hmma", "imma", "dfma", "fp16", "fp32", "fp64", "integer"), 0.0)
+            return GpmMetrics(interval=round(interval, 3), **zeros, **idle, **rates)
+        scale = 0.3 + 0.7 * min(1.0, t / _RAMP_S)  # the warm-up, as utilization's
+        levels = GPM_LEVELS["starved" if self.starving(t) else stage]
+        # GPM averages every SM over the whole interval: a steady loop reads nearly the same each second.
+        # Its level drifts over GPM_DRIFT_S (the batch's sequence lengths), within a jitter of that.
+        block = t - t % GPM_DRIFT_S
+        sm, occupancy, tensor, dram, fp16, fp32, integer = (
+            round(
+                max(
+                    0.0,
+                    min(
+                        100.0,
+                        (level + self.noise(block, spread, f":gpm{k}") + self.noise(t, 0.3, f":j{k}"))
+                        * scale,
+                    ),
+                ),
+                1,
+            )
+            for k, (level, spread) in enumerate(levels)
+        )
+        return GpmMetrics(
+            interval=round(interval, 3),
+            graphics=round(util, 1),
+            sm_active=min(sm, round(util, 1)),
+            sm_occupancy=occupancy,
+            tensor=tensor,
+            hmma=tensor,  # bf16 autocast: all of its tensor-core work is HMMA
+            imma=0.0,
+            dfma=0.0,
+            dram=dram,
+            fp16=fp16,
+            fp32=fp32,
+            fp64=0.0,
+            integer=integer,
+            **rates,
+        )
 
     def nvlink(self, t: float) -> tuple[int, int]:
         """(rx, tx) bytes/s. The trainers are ranks of one data-parallel job: every training step ends in a
@@ -170,12 +283,18 @@ class DemoSource:
         start_at: float = 0.0,
         mig: bool = False,
         faults: bool = False,
+        gpm: str = "auto",
     ) -> None:
         """`start_at`: simulated seconds of training already done when the demo opens (0: warm-up).
         `mig`: GPU 0 is MIG-enabled (MIG_LAYOUT), its trainer in the 3g.40gb instance; as on a real MIG
-        GPU, NVML then reports no utilization for the GPU, its instances or its processes."""
+        GPU, NVML then reports no utilization for the GPU, its instances or its processes (GPM has them).
+        `gpm`: as NvmlSource's ("auto" and "on" arm it: no DCGM runs here; "off": n/a, with the note)."""
         if not 1 <= gpus <= MAX_GPUS:
             raise SourceUnavailable(f"--demo-gpus must be between 1 and {MAX_GPUS}, not {gpus}")
+        if gpm not in GPM_MODES:
+            raise ValueError(f"gpm: {gpm!r} is not one of {GPM_MODES}")
+        self.gpm_mode = gpm
+        self._gpm_t: float | None = None  # simulated time of the last GPM sample; None: none taken yet
         self.gpu_count, self.seed, self.workers, self.clock = gpus, seed, workers, clock
         self.start_at = start_at
         self.mig = mig
@@ -221,6 +340,7 @@ class DemoSource:
             os.close(read_end)
         self.ghost_pid = self._free_pid()
         self._t0 = self.clock() - self.start_at
+        self._gpm_t = self.start_at - GPM_PRIMED_S  # the first sample, as NvmlSource.open takes it
         return SourceInfo(driver_version="580.95.05", nvml_version="13.580.95.05", cuda_driver_version="13.0")
 
     def _spawn(
@@ -327,6 +447,7 @@ class DemoSource:
         GPU's trainer has ended, and the GPU idles."""
         dt = 0.0 if self._last_t is None else max(0.0, t - self._last_t)
         self._last_t = t
+        gpm_interval = self._gpm_interval(t)
         gpus, procs = [], []
         for sim, trainer_pid in zip(self.sims, trainer_pids, strict=False):
             i = sim.index
@@ -340,9 +461,13 @@ class DemoSource:
                 trainer_mem = trainer_mem * MIG_LAYOUT[0][3] // _TOTAL
             leaked = GIB + GIB // 2 if i == 0 else 0  # held by the orphan: unaccounted on GPU 0
             ghost = GIB if i == self.gpu_count - 1 and self.gpu_count > 1 else 0
-            busy = util / 100.0
-            power = min(sim.power_cap, 72.0 + 600.0 * busy + sim.noise(t, 6.0))
+            power = min(sim.power_cap, 72.0 + 600.0 * sim.load(t) + sim.noise(t, 6.0))
             nvlink_rx, nvlink_tx = sim.nvlink(t)
+            pcie_rx, pcie_tx = sim.pcie(t)
+            gpm = sim.gpm(t, gpm_interval) if gpm_interval is not None else None
+            instances = self._mig_instances(sim, trainer_mem, leaked, gpm) if on_mig else ()
+            if on_mig and gpm is not None:
+                gpm = _whole_gpu(gpm, instances)
             self._energy[i] += power * dt
             if slow or i not in self._slow or not running:  # like NVML's: refreshed every few seconds
                 self._slow[i] = self._slow_fields(sim, t, util, power)
@@ -360,18 +485,20 @@ class DemoSource:
                     mem_reserved=_RESERVED,
                     power=round(power, 1),
                     power_limit=sim.power_cap,
+                    power_limit_max=POWER_LIMIT_MAX,
                     energy=round(self._energy[i], 1),
                     fan=None,  # an H100 SXM module has no fan (the chassis cools it): NVML says N/A
-                    pcie_rx=round(busy * 9.5e9),
-                    pcie_tx=round(busy * 0.8e9),
+                    pcie_rx=pcie_rx,
+                    pcie_tx=pcie_tx,
                     nvlink_rx=nvlink_rx,
                     nvlink_tx=nvlink_tx,
                     ecc_errors=0,  # ECC on, as on data-centre H100s, and no error since the driver loaded
                     compute_mode="Default",
                     persistence_mode=True,
                     mig_mode=on_mig,
-                    mig=self._mig_instances(sim, trainer_mem, leaked) if on_mig else (),
+                    mig=instances,
                     health=self._health(i, t),
+                    gpm=gpm,
                     **self._slow[i],
                 )
             )
@@ -387,7 +514,21 @@ class DemoSource:
                 procs.append(
                     GpuProcess(gpu=i, pid=self.ghost_pid, kinds="C", used_memory=ghost, sm_util=0, mem_util=0)
                 )
-        return Reading(tuple(gpus), tuple(procs), xids=self._fault_xids(t))
+        note = GPM_OFF_NOTE if self.gpm_mode == "off" else None
+        return Reading(tuple(gpus), tuple(procs), xids=self._fault_xids(t), gpm_note=note)
+
+    def _gpm_interval(self, t: float) -> float | None:
+        """Seconds since the last GPM sample, this reading taking the next (as gputui.collect.gpm does);
+        None: no metrics this time (GPM off, the first sample, or too soon after the last)."""
+        if self.gpm_mode == "off":
+            return None
+        last = self._gpm_t
+        if last is not None and 0.0 <= t - last < GPM_MIN_INTERVAL_S:
+            return None  # too soon: the previous sample stays the one to measure from
+        self._gpm_t = t
+        if last is None or t < last:  # the first sample (reading_at without open), or time went back
+            return None
+        return t - last
 
     def _health(self, gpu: int, t: float) -> GpuHealth:
         """A healthy H100 (ECC on, row remapping, no page retirement, PCIe gen 5 x16), unless `faults`."""
@@ -415,10 +556,18 @@ class DemoSource:
         return tuple(XidEvent(gpu=FAULTY_GPU, xid=x, time=self._t0 + t) for x in FAULT_XIDS)
 
     @staticmethod
-    def _mig_instances(sim: _Sim, trainer_mem: int, leaked: int) -> tuple[MigInstance, ...]:
+    def _mig_instances(
+        sim: _Sim, trainer_mem: int, leaked: int, gpm: GpmMetrics | None
+    ) -> tuple[MigInstance, ...]:
         """The trainer's memory in the first instance, the orphan's leak in the second, the third idle
-        (each with the few MiB a CUDA-less instance uses); utilization n/a, as NVML has none per instance."""
+        (each with the few MiB a CUDA-less instance uses); utilization n/a, as NVML has none per instance.
+        GPM measures each instance on its own SMs: the trainer's work in the first, none in the others
+        (the orphan holds memory and runs nothing); an instance has no NVLink (MIG turns it off)."""
         used = (trainer_mem, leaked, 0)
+        idle = None
+        if gpm is not None:
+            zero = dict.fromkeys(("graphics", *_MIG_SUMMED), 0.0)
+            idle = dataclasses.replace(gpm, **zero, pcie_rx=0.0, pcie_tx=0.0, nvlink_rx=0.0, nvlink_tx=0.0)
         return tuple(
             MigInstance(
                 gpu_instance=gi,
@@ -427,8 +576,11 @@ class DemoSource:
                 uuid=f"MIG-{sim.uuid[4:12]}-{gi:04x}-{ci:04x}-8000-{sim.uuid[-12:]}",
                 mem_total=total,
                 mem_used=min(total, u + 13 * MIB),
+                gpm=(dataclasses.replace(gpm, nvlink_rx=0.0, nvlink_tx=0.0) if k == 0 else idle)
+                if gpm is not None
+                else None,
             )
-            for (gi, ci, profile, total), u in zip(MIG_LAYOUT, used, strict=True)
+            for k, ((gi, ci, profile, total), u) in enumerate(zip(MIG_LAYOUT, used, strict=True))
         )
 
     @staticmethod
@@ -457,3 +609,33 @@ class DemoSource:
             "enc_util": 0,
             "dec_util": 12 if sim.index == 1 and util > 50 else 0,
         }
+
+
+# The GPM ratios of a MIG GPU that are its instances' weighted by their slices (the graphics engine is busy
+# while any instance is: the trainer's instance says).
+_MIG_SUMMED = (
+    "sm_active",
+    "sm_occupancy",
+    "tensor",
+    "hmma",
+    "imma",
+    "dfma",
+    "dram",
+    "fp16",
+    "fp32",
+    "fp64",
+    "integer",
+)
+
+
+def _whole_gpu(gpm: GpmMetrics, instances: tuple[MigInstance, ...]) -> GpmMetrics:
+    """The whole MIG GPU's GPM from its instances': each ratio weighted by the instances' share of the 7
+    compute slices (DRAM: of the 8 memory slices), the slices no instance has counting as idle. Rates and
+    the graphics engine stay `gpm`'s (the trainer's instance, and the GPU's own NVLink)."""
+    values: dict[str, float | None] = {}
+    for name in _MIG_SUMMED:
+        parts = [getattr(m.gpm, name) if m.gpm is not None else None for m in instances]
+        weights = [memory / 8 if name == "dram" else compute / 7 for compute, memory in MIG_SLICES]
+        known = [v * w for v, w in zip(parts, weights, strict=True) if v is not None]
+        values[name] = round(sum(known), 1) if len(known) == len(parts) else None
+    return dataclasses.replace(gpm, **values)

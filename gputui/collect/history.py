@@ -1,7 +1,9 @@
 """Bounded per-GPU history for the sparklines: the last hour (at most MAX_SAMPLES samples per GPU).
 
 Values are stored as small ints (percent; watts), which Python keeps as shared objects, so an hour at
-1 Hz for 8 GPUs is well under a megabyte, and every dip survives at full resolution.
+1 Hz for 8 GPUs is well under a megabyte, and every dip survives at full resolution. Beside NVML's
+utilization, each GPU keeps its SM activity (GPM, Hopper and newer: the share of SMs with work, the more
+honest "how busy"); None where it is unknown (no GPM, a tick without a reading), never 0.
 
 Also each GPU process's memory over the detail's window (PROCESS_WINDOW_S), for its sparkline and its
 `min … max`: one stretch per POINT_S keeps its lowest and its highest sample with their times, so a 3 s
@@ -48,13 +50,14 @@ class GpuHistory:
         self.util: deque[int | None] = deque(maxlen=capacity)
         self.mem: deque[int | None] = deque(maxlen=capacity)
         self.power: deque[int | None] = deque(maxlen=capacity)
+        self.sm: deque[int | None] = deque(maxlen=capacity)  # GPM's SM activity, percent
 
     def __len__(self) -> int:
         return len(self.times)
 
     def trim(self, oldest: float) -> None:
         while self.times and self.times[0] < oldest:
-            for series in (self.times, self.util, self.mem, self.power):
+            for series in (self.times, self.util, self.mem, self.power, self.sm):
                 series.popleft()
 
 
@@ -79,6 +82,7 @@ class History:
             h.util.append(None if gpu.lost else _int(gpu.util_gpu))
             h.mem.append(None if gpu.lost else _int(gpu.mem_percent))
             h.power.append(None if gpu.lost else _int(gpu.power))
+            h.sm.append(None if gpu.lost or gpu.gpm is None else _int(gpu.gpm.sm_active))
             h.trim(snap.time - self.max_age)
 
     def busy_seconds(self, gpu: int, since: float) -> tuple[float, float]:

@@ -537,7 +537,9 @@ class GpuTuiApp(BaseApp):
         elif self.snapshot is not None:
             from gputui.ui.screens import GpuChooser
 
-            self.push_screen(GpuChooser(self.snapshot.gpus), self._select_gpu)
+            self.push_screen(
+                GpuChooser(self.snapshot.gpus, gpm_note=self.snapshot.gpm_note), self._select_gpu
+            )
 
     def _select_gpu(self, gpu: int | None) -> None:
         panes = self.panes
@@ -611,6 +613,7 @@ class GpuTuiApp(BaseApp):
                 memory=memory,
                 split=split,
                 leftover=leftover,
+                gpm_note=self.snapshot.gpm_note if self.snapshot is not None else None,
             )
         )
 

@@ -8,6 +8,12 @@ goes last: the drop order is `GpuPanes.fields`'s docstring.
 Utilization cells show their bucket's mean and memory cells their peak; a time scale sits under the
 panes (`-5m … now`), or before the first line's sparkline in one line per GPU (see gputui.ui.spark).
 
+A GPU with GPM (Hopper and newer) shows its SM activity (`SM 88%`: the share of SMs with work) and tensor
+activity (`TC 61%`) beside NVML's utilization (a kernel ran: one tiny kernel reads 100 %), and its pane's
+sparkline is SM activity's, labelled `SM act` (its dips are measured on it too); a GPU "busy" by NVML with
+its SMs nearly empty is called out, `⚠ busy but starved: SM 6%`, as long as a throttle reason is. A GPU
+without GPM shows none of it: an old GPU's line is unchanged.
+
 A MIG-enabled GPU's pane lists its instances, one a row, to the right of its sparklines (which give up
 the room; the pane keeps the height the layout gave it, so the last row says how many did not fit); a
 one-line GPU shows their count and the busiest."""
@@ -22,9 +28,11 @@ from dataclasses import dataclass, field
 from rich.style import Style
 
 from gputui import cells
+from gputui.collect.dips import SIGNAL_GRACE
 from gputui.collect.health import ERROR, problems
 from gputui.collect.history import History
 from gputui.model import GpuSample, MigInstance, Snapshot, XidEvent
+from gputui.oneshot import starved_sm
 from gputui.ui import layout as layouts
 from gputui.ui.canvas import Cell, CellCanvas, Line
 from gputui.ui.layout import AUTO, LABEL, LINE_SCALE, Field, GpuLayout, Segment, fit_fields
@@ -56,19 +64,38 @@ _REASONS = {
     "sync_boost": ("sync boost", "sync"),
 }
 # Drop order (priority: the highest goes first; 0 is never dropped, only shortened). See `fields`.
-P_MODES, P_ECC_OK, P_NVLINK, P_PSTATE, P_PCIE, P_FAN, P_CLOCK, P_EXTRA = 13, 12, 11, 10, 9, 8, 7, 6
-P_SHORTER = 5  # power without its limit; the throttle reasons in their short form
-P_POWER = 4
-P_MEM_DECIMALS = 3  # MEM 74.3/79.6G → MEM 74/80G; a one-line MIG GPU's busiest instance
+P_MODES, P_ECC_OK, P_NVLINK, P_PSTATE, P_PCIE, P_FAN, P_CLOCK, P_EXTRA = 15, 14, 13, 12, 11, 10, 9, 8
+P_SHORTER = 7  # power without its limit; the throttle reasons and the starved callout in their short form
+P_POWER = 6
+P_MEM_DECIMALS = 5  # MEM 74.3/79.6G → MEM 74/80G; a one-line MIG GPU's busiest instance
+P_TC = 4  # GPM's tensor activity
+P_SM = 3  # GPM's SM activity: outlives the power (the honest "how busy"), not the temperature
 P_TEMP = 2
-P_WHY = 1  # throttle reasons, health: kept longest, in their shortest telling form; then a bare ⚠ / ✖
+P_WHY = 1  # throttle reasons, health, starved: kept longest in their shortest telling form; then ⚠ / ✖
+SM_LABEL = "  SM act"  # a pane's sparkline of SM activity (LABEL cells, as `    util`)
 
 
 @dataclass
 class _Track:
     util: BucketSeries
     mem: BucketSeries
+    sm: BucketSeries  # GPM's SM activity
+    # Samples in a row without SM activity: a pane draws SM activity's sparkline until SIGNAL_GRACE of
+    # them say GPM is gone (DCGM took the counters), as the dips do (one reading may fail, or come too soon).
+    sm_missing: int = SIGNAL_GRACE
     _drawn: dict[str, tuple[tuple[object, ...], list[list[Cell]]]] = field(default_factory=dict)
+
+    @property
+    def shows_sm(self) -> bool:
+        return self.sm_missing < SIGNAL_GRACE
+
+    def add(self, t: float, g: GpuSample) -> None:
+        util, mem = (None, None) if g.lost else (g.util_gpu, g.mem_percent)
+        sm = None if g.lost or g.gpm is None else g.gpm.sm_active
+        self.util.add(t, util)
+        self.mem.add(t, mem)
+        self.sm.add(t, sm)
+        self.sm_missing = 0 if sm is not None else self.sm_missing + 1
 
     def rows(
         self,
@@ -106,6 +133,14 @@ def fit_name(name: str, width: int) -> str:
 def throttled(g: GpuSample) -> list[str]:
     reasons = set(g.throttle_reasons or ())
     return [full for key, (full, _) in _REASONS.items() if key in reasons]
+
+
+def starved_variants(g: GpuSample) -> list[str]:
+    """The callout from its whole to `⚠`: `⚠ busy but starved: SM 6%`, `⚠ starved SM 6%`, `⚠ starved`."""
+    sm = starved_sm(g)
+    if sm is None:
+        return []
+    return [f"⚠ busy but starved: SM {sm:.0f}%", f"⚠ starved SM {sm:.0f}%", "⚠ starved", "⚠"]
 
 
 def throttle_variants(g: GpuSample) -> list[str]:
@@ -225,9 +260,7 @@ class GpuPanes(CellCanvas):
             if track is None:
                 self._tracks[g.index] = self._new_track(g.index)  # built from history: has this sample
             else:
-                util, mem = (None, None) if g.lost else (g.util_gpu, g.mem_percent)
-                track.util.add(snap.time, util)
-                track.mem.add(snap.time, mem)
+                track.add(snap.time, g)
         if self.styles.height is None or self.styles.height.value != self.gpu_layout.height:
             self.styles.height = self.gpu_layout.height
         self.redraw()
@@ -235,12 +268,21 @@ class GpuPanes(CellCanvas):
     def _new_track(self, index: int) -> _Track:
         capacity = 4 * max(self.gpu_layout.column_widths[0], 80)  # buckets: several screens' worth
         bucket = self._bucket_s or 5.0
-        # Utilization at its mean level (its dips are marked apart), memory at its peak: what OOMs.
-        track = _Track(BucketSeries(bucket, capacity, Keep.MEAN), BucketSeries(bucket, capacity, Keep.PEAK))
+        # Utilization and SM activity at their mean level (dips are marked apart), memory at its peak: what
+        # runs out of memory.
+        track = _Track(
+            BucketSeries(bucket, capacity, Keep.MEAN),
+            BucketSeries(bucket, capacity, Keep.PEAK),
+            BucketSeries(bucket, capacity, Keep.MEAN),
+        )
         h = self.history.gpus.get(index)
         if h is not None:
             track.util.extend(zip(h.times, h.util, strict=True))
             track.mem.extend(zip(h.times, h.mem, strict=True))
+            track.sm.extend(zip(h.times, h.sm, strict=True))
+            recent = list(h.sm)[-SIGNAL_GRACE:]
+            known = [k for k, v in enumerate(reversed(recent)) if v is not None]
+            track.sm_missing = known[0] if known else SIGNAL_GRACE
         return track
 
     def set_window(self, seconds: float) -> None:
@@ -365,17 +407,23 @@ class GpuPanes(CellCanvas):
             head.add(text, style)
         spark_w = max(1, width - LABEL - mig_w)
         out = [head]
+        sm = track is not None and track.shows_sm  # SM activity's sparkline, said so, where GPM has it
         for label, series, style_for in (
-            ("util", track.util if track else None, p.util_style(self._busy(g))),
+            (
+                "sm" if sm else "util",
+                (track.sm if sm else track.util) if track else None,
+                p.util_style(self._busy(g)),
+            ),
             ("mem", track.mem if track else None, p.mem_style),
         ):
+            name = SM_LABEL if label == "sm" else f"    {label:<4}"
             if series is None or track is None:
-                out.extend(Line().add(f"    {label:<4}" if r == 0 else "", p.dim) for r in range(rows))
+                out.extend(Line().add(name if r == 0 else "", p.dim) for r in range(rows))
                 continue
-            marked = self.marked_buckets(g.index) if label == "util" else frozenset()
+            marked = self.marked_buckets(g.index) if label != "mem" else frozenset()
             drawn = track.rows(label, series, spark_w, rows, style_for, marked, p.dip)
             for r, cells_ in enumerate(drawn):
-                line = Line().add(f"    {label:<4}" if r == 0 else " " * LABEL, p.dim)
+                line = Line().add(name if r == 0 else " " * LABEL, p.dim)
                 line.cells.extend(cells_)
                 out.append(line)
         for k, segments in enumerate(mig_rows):  # beside the sparklines, one instance a row
@@ -408,8 +456,7 @@ class GpuPanes(CellCanvas):
                 (cells.pad(m.profile or NA, profile_w), p.plain),
                 ("  mem " if wide else " ", p.dim),
                 (mem, p.mem_style(pct)),
-                (" util " if wide else " ", p.dim),
-                (_pct(m.util) if m.util is not None else f"{NA:>4}", p.plain),
+                *_mig_busy(m, wide, p),
             ]
             out.append(_cut_to(segs, width))
         if len(g.mig) > len(shown):
@@ -491,11 +538,14 @@ class GpuPanes(CellCanvas):
 
         What explains a number is kept longest, so a narrow line gives way in this order (first to go
         first): compute/persistence modes, `ECC ok`, NVLink, P-state, PCIe, fan, SM clock, ENC/DEC and the
-        MIG count; then the long form of the throttle reasons (`⚠ HW thermal, thermal` → `⚠ thermal`) and
-        the power limit (`631/700W` → `631W`); the power; the memory's decimals (`74.3/79.6G` →
-        `74/80G`); the temperature; and last the throttle reasons and health warnings, down to a bare
-        `⚠` / `✖`. UTIL and MEM are never dropped. At 120 columns (two columns of panes, 60 cells) a
-        throttled GPU reads `UTIL  14%  MEM 74.3/79.6G   91°C  ⚠ thermal …`.
+        MIG count; then the long form of the throttle reasons (`⚠ HW thermal, thermal` → `⚠ thermal`),
+        of the starved callout (`⚠ busy but starved: SM 6%` → `⚠ starved SM 6%`) and the power limit
+        (`631/700W` → `631W`); the power; the memory's decimals (`74.3/79.6G` → `74/80G`); GPM's tensor
+        activity (`TC 61%`), then its SM activity (`SM 88%`); the temperature; and last the throttle
+        reasons, health warnings and the starved callout, down to a bare `⚠` / `✖`. UTIL and MEM are
+        never dropped. At 120 columns (two columns of panes, 60 cells) a GPU with GPM reads `UTIL  94%
+        SM 88% TC 61%  MEM 70/80G   66°C …`, a throttled one `UTIL  14%  MEM 74/80G   91°C  ⚠ thermal …`
+        and a starved one `UTIL  98%  MEM 51/80G  ⚠ starved SM 6% …`.
 
         Display order: the fields every tick has first, then the ones that come and go (throttle reasons,
         ENC/DEC, ECC errors), so that one appearing does not move the others: over SSH every moved cell
@@ -505,6 +555,7 @@ class GpuPanes(CellCanvas):
         mem_style = p.mem_style(g.mem_percent)
         out = [
             Field.of(0, ("UTIL ", p.dim), (_pct(g.util_gpu), p.util_style(busy)(g.util_gpu))),
+            *self._gpm_fields(g, ("  SM", " TC")),
             Field(
                 0,
                 tuple((("  MEM ", p.dim), (text, mem_style)) for text in _mems(g)),
@@ -539,6 +590,8 @@ class GpuPanes(CellCanvas):
             out.append(health)
         if reasons := self._reasons(g, "  "):
             out.append(reasons)
+        if starved := self._starved(g, "  "):
+            out.append(starved)
         if g.enc_util or g.dec_util:
             enc_dec = (
                 ("  ENC ", p.dim),
@@ -548,6 +601,32 @@ class GpuPanes(CellCanvas):
             )
             out.append(Field.of(P_EXTRA, *enc_dec))
         return out
+
+    def _gpm_fields(self, g: GpuSample, labels: tuple[str, str]) -> list[Field]:
+        """SM and tensor activity (GPM) where the GPU has them; nothing on a GPU without GPM (no `n/a` on
+        every line of a box of older GPUs). SM is coloured as utilization; a starved GPU's is the callout's
+        too."""
+        m = g.gpm
+        if m is None or g.lost:
+            return []
+        p = self.palette
+        out = []
+        if m.sm_active is not None:
+            style = p.warning if starved_sm(g) is not None else p.util_style(self._busy(g))(m.sm_active)
+            out.append(Field.of(P_SM, (labels[0], p.dim), (_pct(m.sm_active), style)))
+        if m.tensor is not None:
+            out.append(Field.of(P_TC, (labels[1], p.dim), (_pct(m.tensor), p.plain)))
+        return out
+
+    def _starved(self, g: GpuSample, gap: str) -> Field | None:
+        """`⚠ busy but starved: SM 6%`: NVML's utilization is high only because some kernel always runs. Its
+        long form gives way early; `⚠ starved SM 6%` outlives the SM field; `⚠ starved` and `⚠` last."""
+        variants = starved_variants(g)
+        if not variants:
+            return None
+        style = self.palette.warning
+        steps = (P_SHORTER, P_WHY, P_WHY)
+        return Field(P_WHY, tuple(((gap + text, style),) for text in variants), steps)
 
     def _reasons(self, g: GpuSample, gap: str) -> Field | None:
         """The throttle reasons: the long forms give way early, the short telling one (`⚠ thermal`) is
@@ -572,10 +651,13 @@ class GpuPanes(CellCanvas):
 
     def line_extras(self, g: GpuSample) -> list[Field]:
         """What a one-line GPU shows after its memory: the same priorities, the same steady-first order
-        (` 91°C 631/700W ⚠ thermal`)."""
+        (` SM 88% TC 61% 66°C 631/700W`, ` 91°C ⚠ thermal`, ` ⚠ starved SM 6%`). Its sparkline stays
+        NVML's utilization, the number beside it: a line has no room for a label that would say it is
+        SM activity's."""
         p = self.palette
         power = [((" " + text, p.power_style(g)),) for text in _power(g)]
         out = [
+            *self._gpm_fields(g, (" SM", " TC")),
             Field.of(P_TEMP, (" " + _num(g.temperature, "°C", 3), p.temp_style(g.temperature))),
             _shortening(P_POWER, P_SHORTER, power),
         ]
@@ -587,6 +669,8 @@ class GpuPanes(CellCanvas):
             out.append(health)
         if reasons := self._reasons(g, " "):
             out.append(reasons)
+        if starved := self._starved(g, " "):
+            out.append(starved)
         if g.enc_util or g.dec_util:
             out.append(Field.of(P_EXTRA, (f" ENC{_pct(g.enc_util)} DEC{_pct(g.dec_util)}", p.plain)))
         if g.mig_mode:
@@ -608,6 +692,15 @@ def _mig_column(g: GpuSample, width: int) -> int:
     return MIG_NARROW if width >= MIG_NARROW_PANE else 0
 
 
+def _mig_busy(m: MigInstance, wide: bool, p: Palette) -> list[Segment]:
+    """An instance's utilization; NVML has none per instance, so where GPM measured it, its SM activity,
+    labelled (`   SM  88%`, as wide as ` util  n/a`; a narrow row has no room for the label: n/a)."""
+    sm = m.gpm.sm_active if m.gpm is not None else None
+    if m.util is None and sm is not None and wide:
+        return [("   SM ", p.dim), (_pct(sm), p.plain)]
+    return [(" util " if wide else " ", p.dim), (_pct(m.util) if m.util is not None else f"{NA:>4}", p.plain)]
+
+
 def _mig_mem(m: MigInstance, wide: bool) -> str:
     if m.mem_used is None or m.mem_total is None:
         return f"{NA:>10}" if wide else f"{NA:>7}"
@@ -616,11 +709,13 @@ def _mig_mem(m: MigInstance, wide: bool) -> str:
 
 
 def _busiest(g: GpuSample) -> MigInstance | None:
-    """The instance with the highest utilization where the driver reports it, else the fullest memory."""
+    """The instance with the highest utilization where the driver reports it (else its SM activity, where
+    GPM measures it), else the fullest memory."""
 
     def load(m: MigInstance) -> tuple[float, float]:
         mem = m.mem_used / m.mem_total if m.mem_used is not None and m.mem_total else -1.0
-        return (m.util if m.util is not None else -1.0, mem)
+        busy = m.util if m.util is not None else m.gpm.sm_active if m.gpm is not None else None
+        return (busy if busy is not None else -1.0, mem)
 
     return max(g.mig, key=load, default=None)
 

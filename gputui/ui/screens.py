@@ -1,4 +1,10 @@
-"""Modal screens: help, process detail, GPU chooser."""
+"""Modal screens: help, process detail, GPU chooser, GPU detail.
+
+The GPU detail (`i` in the GPU chooser) lists NVML's utilization beside every GPM metric (SM, occupancy,
+tensor pipes, DRAM, fp pipes, PCIe and NVLink bytes; Hopper and newer), each with what it means, `n/a`
+for one that failed, the verdicts the doctor draws from them, and each MIG instance's; on a GPU without
+GPM it says why there is none (`Snapshot.gpm_note`: DCGM holds the counters, `--gpm off`).
+"""
 
 from __future__ import annotations
 
@@ -17,10 +23,21 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from gputui.collect.classify import Leftover, estimated
+from gputui.collect.dip_causes import gpm_findings, gpm_of, gpm_reading
 from gputui.collect.forecast import GROWTH_MIN, WINDOW_S, MemorySeries, Split, growth_text, rate_text
 from gputui.collect.procs import MAX_ENVIRON, TRAINING_NAMES, TRAINING_PREFIXES, describe
 from gputui.collect.stacks import is_python, py_spy_dump
-from gputui.model import GpuSample, HostProcess, Owner, ProcessDetail, ProcessRow
+from gputui.model import (
+    GPM_RATES,
+    GPM_RATIOS,
+    GpmMetrics,
+    GpuSample,
+    HostProcess,
+    Owner,
+    ProcessDetail,
+    ProcessRow,
+)
+from gputui.oneshot import GPM_LABELS, GPM_MEANINGS, gpm_value
 from gputui.ui import spark
 from gputui.ui._textual_compat import DismissOnce
 from gputui.units import NA, fmt_bytes, fmt_pct, printable
@@ -82,8 +99,10 @@ class DetailScreen(Modal[None]):
         memory: Sequence[tuple[float, float]] = (),
         split: Split | None = None,
         leftover: Leftover | None = None,
+        gpm_note: str | None = None,
     ) -> None:
         super().__init__()
+        self.gpm_note = gpm_note  # why the GPUs have no GPM metrics (Snapshot.gpm_note), if they have none
         self.leftover = leftover  # its GPU's unaccounted memory, when it may be one of the holders
         self.gpus = gpus  # the GPUs as the row saw them: a MIG process's instance is named from them
         # Its GPU memory history and the agent's allocated/reserved verdict, as the sampler had them
@@ -148,6 +167,7 @@ class DetailScreen(Modal[None]):
             memory=self.memory,
             split=self.split,
             leftover=self.leftover,
+            gpm_note=self.gpm_note,
         )
         self.body.update(body)
 
@@ -243,6 +263,29 @@ def _gpu_line(
     return line
 
 
+def _gpu_activity(
+    p: ProcessRow | HostProcess, gpus: tuple[GpuSample, ...], gpm_note: str | None
+) -> tuple[str, str] | None:
+    """What GPM says of the GPU (its MIG instance, for a process in one) the process runs on: `SM 88% ·
+    occupancy 50% · tensor 61% · DRAM 48% (GPM over 1 s)` and the verdict, if any; or why there is none
+    when it could have some (gpm_note). None: nothing to say (a GPU without GPM: an old GPU's detail is
+    as it was). With its style."""
+    if not isinstance(p, ProcessRow) or p.gpu is None:
+        return None
+    g = next((x for x in gpus if x.index == p.gpu), None)
+    m = gpm_of(g, p.gpu_instance) if g is not None else None
+    if m is None:
+        return (f"GPM n/a: {gpm_note}", "dim") if gpm_note else None
+    whose = f", MIG instance {p.gpu_instance}" if p.gpu_instance is not None and g and g.mig else ""
+    span = f" over {m.interval:.2g} s" if m.interval is not None else ""
+    text = f"{gpm_reading(m)}  (GPM{span}{whose})"
+    util = g.util_gpu if g is not None and not whose else None  # NVML has no utilization per instance
+    findings = gpm_findings(m, util)
+    if findings:
+        return text + "\n" + "\n".join(f.text for f in findings), "yellow"
+    return text, ""
+
+
 def describe_owner(o: Owner) -> str:
     """Whose job it is, in words: `SLURM job 81234, step 0: train (user alice)`."""
     if o.kind == "slurm":
@@ -325,11 +368,13 @@ def render_detail(
     memory: Sequence[tuple[float, float]] = (),
     split: Split | None = None,
     leftover: Leftover | None = None,
+    gpm_note: str | None = None,
 ) -> Table:
     """`now`: the clock the age is counted on (a test's fixed one); the wall clock by default. `gpus`: the
-    snapshot's, for a MIG process's instance. `memory`: its GPU memory's (time, bytes) points; `split`:
-    the agent's allocated vs reserved trend (None: it runs no agent); `leftover`: its GPU's memory that
-    no listed process accounts for (an orphan is told its likely share)."""
+    snapshot's, for a MIG process's instance and its GPU's activity (GPM). `memory`: its GPU memory's
+    (time, bytes) points; `split`: the agent's allocated vs reserved trend (None: it runs no agent);
+    `leftover`: its GPU's memory that no listed process accounts for (an orphan is told its likely
+    share); `gpm_note`: why the GPUs have no GPM metrics, when they have none."""
     grid = _Grid()
     add = grid.add
     if d.error:
@@ -355,6 +400,8 @@ def render_detail(
         add("device files", "\n".join(d.device_files) or "(none)")
     if (gpu := _gpu_line(p, gpus, leftover)) is not None:
         add("GPU", gpu)
+        if (activity := _gpu_activity(p, gpus, gpm_note)) is not None:
+            add("GPU activity", *activity)
     if (trend := memory_trend(p)) is not None:
         add("memory trend", trend, "yellow" if getattr(p, "full_in", None) is not None else "")
     _memory_rows(grid, memory, split)
@@ -394,13 +441,82 @@ def render_recorded(p: ProcessRow | HostProcess, recorded_at: float) -> Table:
     return grid.table
 
 
-class GpuChooser(Modal[int | None]):
-    DEFAULT_CSS = MODAL_CSS
-    BINDINGS = [Binding("escape,q", "cancel", "Cancel")]
+_NO_GPM = "n/a: this GPU or its driver serves no GPM (Hopper and newer GPUs do), or this tick had no reading"
 
-    def __init__(self, gpus: tuple[GpuSample, ...]) -> None:
+
+def _gpm_why(g: GpuSample, gpm_note: str | None) -> str:
+    if g.lost:
+        return "n/a: the GPU is lost"
+    return f"n/a: {gpm_note}" if gpm_note else _NO_GPM
+
+
+def render_gpu_detail(g: GpuSample, gpm_note: str | None = None) -> Table:
+    """One GPU: NVML's utilization, then every GPM metric with what it means (`n/a` where one failed or
+    is unsupported, never 0), the verdicts drawn from them, and each MIG instance's reading; on a GPU
+    without GPM one line says why (`gpm_note`, else that the GPU or driver serves none)."""
+    grid = _Grid()
+    add = grid.add
+    add("GPU", f"{g.index}  {g.name or NA}  {g.uuid or ''}".rstrip())
+    add(
+        "utilization",
+        f"{fmt_pct(g.util_gpu)}  NVML's: the share of time a kernel ran (one tiny kernel reads 100%)",
+    )
+    m = g.gpm if not g.lost else None
+    if m is None:
+        add("GPM", _gpm_why(g, gpm_note), "dim")
+    else:
+        span = f"over {m.interval:.2g} s" if m.interval is not None else "interval n/a"
+        add("GPM", f"{span}: how much of the GPU the work used (Hopper and newer)")
+        for name in (*GPM_RATIOS, *GPM_RATES):
+            value = gpm_value(m, name)
+            add(GPM_LABELS[name][1], f"{value:>11}  {GPM_MEANINGS[name]}", "dim" if value == NA else "")
+        for finding in gpm_findings(m, g.util_gpu):
+            add("verdict", f"{finding.text}: {finding.fix}", "yellow")
+    for inst in g.mig:
+        label = f"MIG {inst.gpu_instance}/{inst.compute_instance} {inst.profile or NA}"
+        im = inst.gpm
+        if im is None:
+            add(label, "GPM n/a", "dim")
+            continue
+        verdicts = [f.text for f in gpm_findings(im, inst.util)]
+        add(label, _instance_text(im) + "".join(f"\n{v}" for v in verdicts), "yellow" if verdicts else "")
+    return grid.table
+
+
+def _instance_text(m: GpmMetrics) -> str:
+    """A MIG instance's every metric on two lines: the ratios, then the rates."""
+    ratios = "  ".join(f"{GPM_LABELS[n][0]} {gpm_value(m, n)}" for n in GPM_RATIOS)
+    rates = "  ".join(f"{GPM_LABELS[n][0]} {gpm_value(m, n)}" for n in GPM_RATES)
+    return f"{ratios}\n{rates}"
+
+
+class GpuDetailScreen(Modal[None]):
+    """One GPU as the tick it was opened on saw it (render_gpu_detail)."""
+
+    DEFAULT_CSS = MODAL_CSS
+    BINDINGS = [Binding("escape,q,enter,i", "dismiss", "Close")]
+
+    def __init__(self, gpu: GpuSample, gpm_note: str | None = None) -> None:
+        super().__init__()
+        self.gpu = gpu
+        self.gpm_note = gpm_note
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(Text(f"GPU {self.gpu.index}", style="bold"), markup=False)
+            yield Static(render_gpu_detail(self.gpu, self.gpm_note), id="gpu-detail-body")
+
+
+class GpuChooser(Modal[int | None]):
+    """Which GPU the table shows; `i` opens the highlighted GPU's detail."""
+
+    DEFAULT_CSS = MODAL_CSS
+    BINDINGS = [Binding("escape,q", "cancel", "Cancel"), Binding("i", "gpu_detail", "GPU detail")]
+
+    def __init__(self, gpus: tuple[GpuSample, ...], gpm_note: str | None = None) -> None:
         super().__init__()
         self.gpus = gpus
+        self.gpm_note = gpm_note  # Snapshot.gpm_note, for the detail
 
     def compose(self) -> ComposeResult:
         options = [Option(Text("all GPUs"), id="all")]
@@ -413,3 +529,12 @@ class GpuChooser(Modal[int | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+    def action_gpu_detail(self) -> None:
+        options = self.query_one(OptionList)
+        if options.highlighted is None:
+            return
+        choice = options.get_option_at_index(options.highlighted).id
+        gpu = next((g for g in self.gpus if str(g.index) == choice), None)
+        if gpu is not None:
+            self.app.push_screen(GpuDetailScreen(gpu, self.gpm_note))

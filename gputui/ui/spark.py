@@ -201,7 +201,8 @@ def draw_rows(
 ) -> list[list[Cell]]:
     """`rows` rows of cells (top first) for buckets start..start+width; buckets in `marked` (dips) get
     `mark` laid over their style, and the first of each run of them DIP_GLYPH on the top row: one glyph
-    per run, so that the others keep showing their level (zoomed out, stalls may touch every bucket)."""
+    per run, so that the others keep showing their level (zoomed out, stalls may touch every bucket). A
+    run cut by the left edge gets its glyph on the edge: without colour, the glyph is all that says dip."""
     values = dict(series.buckets) if series.buckets else {}
     out: list[list[Cell]] = [[] for _ in range(rows)]
     blank = (" ", PLAIN)
@@ -215,7 +216,7 @@ def draw_rows(
         glyphs = column(v, rows)
         if n in marked:
             style = style + mark if mark is not None else style
-            if n - 1 not in marked:
+            if n - 1 not in marked or n == start:  # a dip that began left of the view: marked at its edge
                 glyphs = (DIP_GLYPH, *glyphs[1:])
         for row, ch in zip(out, glyphs, strict=True):
             row.append((ch, style))

@@ -1,8 +1,10 @@
 """The everyday box of issue 26, fixed: 8 H100s under torchrun (8 ranks, 3 DataLoader workers each), two
 orphaned workers of a crashed run holding GPU 5 (9.5 GiB no process accounts for), a notebook kernel idle
 on GPU 0, a thermal slowdown on GPU 3 from 30 s before the screen opens, and a memory spike to 76.4 GiB
-for 3 s every 30 s (GPU 6). Built on tests/ui/world.py's demo (seed 0, fixed clock), so every run draws the
-same screen.
+for 3 s every 30 s (GPU 6). The GPUs serve GPM (the demo's): SM activity ~90 % and tensor ~60 % while a
+rank trains, and rank 2 is starved for data as the screen opens, as twice before in its sparkline
+(STARVED_GPU: NVML's utilization ~95 %, SM activity ~6 %).
+Built on tests/ui/world.py's demo (seed 0, fixed clock), so every run draws the same screen.
 
 `screen_text(app)` is what the terminal shows, one string a row.
 """
@@ -15,8 +17,9 @@ from typing import Any
 
 from textual.app import App
 
+from gputui.collect import demo
 from gputui.collect.replay import ReplaySampler
-from gputui.model import GpuSample, HostProcess, ProcessRow, Snapshot
+from gputui.model import GPM_RATIOS, GpmMetrics, GpuSample, HostProcess, ProcessRow, Snapshot
 from gputui.ui.app import GpuTuiApp
 from tests.ui import world
 from tests.ui.world import GIB, START
@@ -31,6 +34,7 @@ NOTEBOOK = 31337
 SPIKE_GPU = 6  # (its memory sits at 56 %: the spike to 96 % stands out)
 SPIKE = int(76.4 * GIB)
 HOT_GPU = 3
+STARVED_GPU = demo.STARVED_GPU
 TORCHRUN = "torchrun --nnodes 1 --nproc-per-node 8 --rdzv-endpoint localhost:29500 train.py"
 
 
@@ -47,14 +51,24 @@ def _gpu(g: GpuSample, k: int) -> GpuSample:
     if g.index == SPIKE_GPU and k % 30 in (10, 11, 12):
         return dataclasses.replace(g, mem_used=SPIKE)
     if g.index == HOT_GPU and k >= HISTORY - 30:  # a thermal slowdown: the reason its util dipped
+        util = min(g.util_gpu or 0, 41)
         return dataclasses.replace(
             g,
             temperature=91,
             sm_clock=1155,
             throttle_reasons=("hw_thermal", "sw_thermal"),
-            util_gpu=min(g.util_gpu or 0, 41),
+            util_gpu=util,
+            gpm=_scaled(g.gpm, util / g.util_gpu if g.util_gpu else 1.0),
         )
     return g
+
+
+def _scaled(m: GpmMetrics | None, k: float) -> GpmMetrics | None:
+    """GPM's ratios down with the utilization they went with."""
+    if m is None:
+        return None
+    ratios = {name: getattr(m, name) for name in GPM_RATIOS}
+    return dataclasses.replace(m, **{name: v * k for name, v in ratios.items() if v is not None})
 
 
 def _rows(snap: Snapshot) -> tuple[ProcessRow, ...]:

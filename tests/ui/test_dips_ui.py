@@ -25,13 +25,13 @@ from gputui.ui.canvas import Cell
 from gputui.ui.dip_groups import DipGroup, compact_gpus
 from gputui.ui.events import EventsScreen
 from gputui.ui.layout import LINE_SCALE, LINE_TITLE
-from gputui.ui.spark import DIP_GLYPH, glyph, view_start
+from gputui.ui.spark import DIP_GLYPH, BucketSeries, glyph, view_start
 from gputui.units import NA
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 
 SIZE = (120, 40)
-LABEL = 8  # "    util" before the sparkline cells
+LABEL = 8  # "    util" (or "  SM act": GPM's SM activity) before the sparkline cells
 HIGH = set("▅▆▇█")  # a bucket whose mean is over 50 %
 
 
@@ -72,14 +72,22 @@ def title_line(app: GpuTuiApp, gpu: int) -> list[Cell]:
     return app.panes._lines[gpu * lay.rows_per_gpu]
 
 
+def busy_series(app: GpuTuiApp, gpu: int) -> BucketSeries:
+    """The series a GPU's busy sparkline draws: SM activity's where GPM has it (the demo's H100s), else
+    NVML's utilization; the dips are measured on the same one."""
+    track = app.panes._tracks[gpu]
+    return track.sm if track.shows_sm else track.util
+
+
 def spark(app: GpuTuiApp, gpu: int, which: str) -> list[Cell]:
-    """The cells of the top row of one GPU's util or mem sparkline (the row with the label and the
-    dip glyphs)."""
+    """The cells of the top row of one GPU's util (SM activity's, labelled so, where GPM has it) or mem
+    sparkline (the row with the label and the dip glyphs)."""
     lay = app.panes.gpu_layout
     title_line(app, gpu)  # checks the layout
     row = {"util": 1, "mem": 1 + lay.spark_rows}[which]
     line = app.panes._lines[gpu * lay.rows_per_gpu + row]
-    assert "".join(ch for ch, _ in line[:LABEL]).strip() == which
+    label = "SM act" if which == "util" and app.panes._tracks[gpu].shows_sm else which
+    assert "".join(ch for ch, _ in line[:LABEL]).strip() == label
     return line[LABEL:]
 
 
@@ -90,9 +98,9 @@ def marked_cells(app: GpuTuiApp, gpu: int, which: str = "util") -> list[int]:
     cells = spark(app, gpu, which)
     if which == "mem":
         return [x for x, (ch, _) in enumerate(cells) if ch == DIP_GLYPH]
-    track = app.panes._tracks[gpu]
-    start = view_start(track.util.latest, len(cells))
-    drawn = {n for n, _ in track.util.buckets}
+    series = busy_series(app, gpu)
+    start = view_start(series.latest, len(cells))
+    drawn = {n for n, _ in series.buckets}
     touched = app.panes.marked_buckets(gpu)
     marks = [x for x in range(len(cells)) if start + x in touched and start + x in drawn]
     assert all(is_dip(cells[x][1], app) for x in marks), [cells[x] for x in marks]
@@ -100,11 +108,12 @@ def marked_cells(app: GpuTuiApp, gpu: int, which: str = "util") -> list[int]:
 
 
 def bucket_means(app: GpuTuiApp, gpu: int) -> dict[int, float]:
-    """Each bucket's mean utilization, straight from the history: what a util cell must show."""
+    """Each bucket's mean utilization (SM activity, where the sparkline draws it), straight from the
+    history: what a util cell must show."""
     b = app.panes._bucket_s
     h = app.history.gpus[gpu]
     sums: dict[int, list[int]] = {}
-    for t, u in zip(h.times, h.util, strict=True):
+    for t, u in zip(h.times, h.sm if app.panes._tracks[gpu].shows_sm else h.util, strict=True):
         if u is not None:
             sums.setdefault(int(t // b), []).append(u)
     return {n: sum(v) / len(v) for n, v in sums.items()}
@@ -152,7 +161,7 @@ async def test_util_sparklines_carry_dip_markers_and_mem_sparklines_never() -> N
             # Every cell shows its bucket's mean level, except each dip's first cell, which holds the dip
             # glyph (seen without colour too): a GPU busy but for its stalls reads busy.
             cells = spark(app, g, "util")
-            start = view_start(app.panes._tracks[g].util.latest, len(cells))
+            start = view_start(busy_series(app, g).latest, len(cells))
             means = bucket_means(app, g)
             # (the leftmost cell may be a dip that started off screen: no first cell to check there)
             glyphs = [x for x in marks if x > 0 and cells[x][0] == DIP_GLYPH]
@@ -174,10 +183,9 @@ async def test_markers_are_the_buckets_the_dips_touch() -> None:
             assert sorted(panes.dips[g]) == sorted((d.start, d.last) for d in recent_dips(app) if d.gpu == g)
             marks = set(marked_cells(app, g))  # (each checked to be in the dip colour)
             busy = app.panes.palette.util_style(True)
-            track = panes._tracks[g]
             cells = spark(app, g, "util")
-            start = view_start(track.util.latest, len(cells))
-            values = dict(track.util.buckets)
+            start = view_start(busy_series(app, g).latest, len(cells))
+            values = dict(busy_series(app, g).buckets)
             for x, (_, style) in enumerate(cells):  # the others keep their level's own colour
                 if x not in marks and start + x in values:
                     assert style == busy(values[start + x]), (g, x)
@@ -210,8 +218,7 @@ async def test_only_buckets_holding_a_dip_sample_are_marked() -> None:
         b = app.panes._bucket_s
         for g in range(4):
             cells = spark(app, g, "util")
-            track = app.panes._tracks[g]
-            start = view_start(track.util.latest, len(cells))
+            start = view_start(busy_series(app, g).latest, len(cells))
             h = app.history.gpus[g]
             spans = app.panes.dips[g]
             in_dip = {int(t // b) for t in h.times if any(s <= t <= last for s, last in spans)}
@@ -223,7 +230,8 @@ async def test_only_buckets_holding_a_dip_sample_are_marked() -> None:
 # -- the Events pane ------------------------------------------------------------------------------
 
 ROW = re.compile(
-    r"^\s*(\d\d:\d\d:\d\d)\s+([\d,\N{EN DASH}]+)\s+(?:(\S.*?)\s{2,})?(\d+) s\s+-(\d+) pts \((\d+)→(\d+)%\)\s+"
+    r"^\s*(\d\d:\d\d:\d\d)\s+([\d,\N{EN DASH}]+)\s+(?:(\S.*?)\s{2,})?(\d+) s\s+"
+    r"-(\d+) pts \((?:SM )?(\d+)→(\d+)%\)\s+"
     r"(stall|long)( \(now\))?(?:\s+(.*))?$"
 )
 

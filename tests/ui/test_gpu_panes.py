@@ -54,7 +54,8 @@ async def test_8_gpus_at_120x40_show_every_gpus_util_and_memory_history_and_20_t
             for slot in range(4):
                 head, util, mem = half[slot * 3 : slot * 3 + 3]
                 assert head.startswith(f" {4 * col + slot:>2} H100") and "UTIL" in head
-                assert util.lstrip().startswith("util") and spark_cells(util) >= 40
+                # the demo's H100s serve GPM: the busy sparkline is SM activity's (labelled so)
+                assert util.lstrip().startswith("SM act") and spark_cells(util) >= 40
                 assert mem.lstrip().startswith("mem") and spark_cells(mem) >= 40
         assert app.table.size.height >= 21  # its header and 20 rows
 
@@ -86,7 +87,7 @@ async def test_4_gpus_on_a_tall_terminal_get_taller_charts() -> None:
         for g in range(4):
             pane = drawn[g * per : (g + 1) * per]
             assert pane[0].startswith(f" {g:>2} H100")
-            assert pane[1].startswith("    util") and pane[1 + lay.spark_rows].startswith("    mem")
+            assert pane[1].startswith("  SM act") and pane[1 + lay.spark_rows].startswith("    mem")
             assert all(len(row) == 200 for row in app.panes._lines)
 
 
@@ -128,7 +129,13 @@ def _util_row(app: GpuTuiApp, gpu: int = 0) -> list[str]:
 
 
 def _with_util(snap: Snapshot, t: float, util: int) -> Snapshot:
-    gpus = tuple(dataclasses.replace(g, util_gpu=util) if g.index == 0 else g for g in snap.gpus)
+    """GPU 0 at `util` %, NVML's and GPM's SM activity alike (the pane draws SM activity where known)."""
+
+    def changed(g: GpuSample) -> GpuSample:
+        gpm = dataclasses.replace(g.gpm, sm_active=float(util)) if g.gpm is not None else None
+        return dataclasses.replace(g, util_gpu=util, gpm=gpm)
+
+    gpus = tuple(changed(g) if g.index == 0 else g for g in snap.gpus)
     return dataclasses.replace(snap, time=t, gpus=gpus)
 
 

@@ -565,9 +565,9 @@ async def test_8_gpus_at_120x40_show_every_gpus_history_and_leave_the_table_20_r
         text = "\n".join(drawn)
         for g in range(8):
             assert f" {g} H100" in text
-        assert sum(line.count("util") for line in drawn) == 8
+        assert sum(line.count("SM act") for line in drawn) == 8  # the demo's H100s: SM activity's history
         assert sum(line.count("mem ") for line in drawn) == 8
-        assert all(SPARK & set(line) for line in drawn if "util" in line or "mem " in line)
+        assert all(SPARK & set(line) for line in drawn if "SM act" in line or "mem " in line)
         t = table(app)
         assert t.size.height - 1 >= 20  # its header, then 20 rows
         assert len(body(app)) == 10 == len(t.rows)  # every row of this world drawn
