@@ -521,7 +521,9 @@ class GpuChooser(Modal[int | None]):
     def compose(self) -> ComposeResult:
         options = [Option(Text("all GPUs"), id="all")]
         options += [Option(Text(f"GPU {g.index}  {g.name or NA}"), id=str(g.index)) for g in self.gpus]
-        yield OptionList(*options)
+        chooser = OptionList(*options)
+        chooser.border_subtitle = "enter: its processes · i: GPU detail (SM, tensor…)"  # else `i` is unseen
+        yield chooser
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         choice = event.option.id

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import OptionList
 
 from gputui import cells
 from gputui.collect.dips import SIGNAL_GRACE
@@ -333,7 +334,12 @@ async def test_i_in_the_gpu_chooser_opens_the_gpu_detail() -> None:
         await first_frame(pilot, app)
         assert app.snapshot is not None
         app.push_screen(GpuChooser(app.snapshot.gpus, gpm_note=None))
-        await until(pilot, lambda: isinstance(app.screen, GpuChooser), what="the chooser")
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, GpuChooser) and bool(app.screen.query(OptionList)),
+            what="the chooser",
+        )
+        assert "i: GPU detail" in str(app.screen.query_one(OptionList).border_subtitle)  # how it is found
         for _ in range(1 + everyday.STARVED_GPU):  # past "all GPUs"
             await pilot.press("down")
         await pilot.press("i")
