@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from gputui import __version__, argtypes, commands
 from gputui.collect.source import SourceUnavailable
+from gputui.model import GPM_MODES
 
 if TYPE_CHECKING:
     from gputui.collect.sampler import Sampler
@@ -89,7 +90,7 @@ def _source_parent() -> argparse.ArgumentParser:
     )
     flags.add_argument(
         "--gpm",
-        choices=("auto", "on", "off"),
+        choices=GPM_MODES,
         default=argparse.SUPPRESS,
         help="SM and tensor-core activity from NVML GPM (Hopper+): auto (default, or the saved setting) arms "
         "it unless DCGM runs on the host, which reads the same counters; on shares them with DCGM; off",
@@ -383,7 +384,7 @@ def _doctor_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--gpm",
-        choices=("auto", "on", "off"),
+        choices=GPM_MODES,
         help="read GPM (SM and tensor activity, Hopper+) for its checks: auto (default, or the saved "
         "setting) unless DCGM runs on the host; on shares the counters with DCGM; off",
     )

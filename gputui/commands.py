@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 AUTOSTART = Path(__file__).resolve().parent / "agent" / "autostart"
 # The GPM interval of a one-shot reading: SM and tensor activity over 0.1 s (the counters' shortest
-# meaningful window, twice gputui.collect.gpm.MIN_INTERVAL_S).
+# meaningful window, twice gputui.model.GPM_MIN_INTERVAL_S).
 GPM_ONESHOT_S = 0.1
 
 

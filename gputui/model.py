@@ -54,6 +54,12 @@ GPM_RATIOS = (
     "integer",
 )
 GPM_RATES = ("pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx")
+# --gpm and the settings' `gpm`: arm GPM unless DCGM runs (auto), always (on), never (off).
+GPM_MODES = ("auto", "on", "off")
+GPM_OFF_NOTE = 'GPM is off (--gpm off, or gpm = "off" in the settings): SM and tensor activity n/a'
+# GPM's metrics are measured between two samples; between two closer than this (seconds) the counters
+# hold too few cycles to mean anything, so none are asked for.
+GPM_MIN_INTERVAL_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)

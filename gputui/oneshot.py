@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gputui import __version__, cells
 from gputui.collect.classify import SUSPICIOUS, UNACCOUNTED_MIN
-from gputui.collect.dip_causes import SM_STARVED, UTIL_BUSY
+from gputui.collect.dip_causes import starved_sm
 from gputui.model import GPM_RATES, GPM_RATIOS, GpmMetrics, GpuSample, MigInstance, ProcessRow, Snapshot
 from gputui.units import NA, fmt_bytes, fmt_num, fmt_pct, printable
 
@@ -65,17 +65,6 @@ def gpu_line(g: GpuSample, width: int | None = None, gpm: bool = False) -> str:
     if g.lost:
         return _fit(f"{g.index:<3} {name} LOST — the GPU fell off the bus or needs a reset", width)
     return _fit(f"{g.index:<3} {name} {rest}", width)
-
-
-def starved_sm(g: GpuSample) -> float | None:
-    """The SM activity of a GPU NVML calls busy while its SMs are nearly empty: utilization at least
-    UTIL_BUSY and SM activity at most SM_STARVED (the doctor's rule). Some kernel always runs, so NVML
-    says ~100 %, but it is a tiny one: the GPU waits on the host (data, kernel launches) or another rank.
-    None: not starved, or unknown. The screen calls it out with the same rule."""
-    sm = g.gpm.sm_active if g.gpm is not None and not g.lost else None
-    if sm is None or g.util_gpu is None or g.util_gpu < UTIL_BUSY or sm > SM_STARVED:
-        return None
-    return sm
 
 
 STARVED = "busy but starved:"

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui.agent.fdwalk import NotADirectoryOnTheWay, TooManyLinks, walk
+from gputui.model import GPM_MODES
 from gputui.units import printable
 
 MAX_BYTES = 64 * 1024  # a settings file is a few hundred bytes: anything bigger is not one
@@ -160,7 +161,7 @@ _CHECKS: dict[str, Callable[[Any, Collection[str] | None], Any]] = {
     "tree": _flag,
     "folded_workers": _flag,
     "hidden_columns": _names,
-    "gpm": _choice("auto", "on", "off"),
+    "gpm": _choice(*GPM_MODES),
 }
 
 

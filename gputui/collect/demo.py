@@ -35,7 +35,19 @@ from typing import TypedDict
 import psutil
 
 from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
-from gputui.model import GpmMetrics, GpuHealth, GpuProcess, GpuSample, MigInstance, XidEvent
+from gputui.model import (
+    GPM_MIN_INTERVAL_S,
+    GPM_MODES,
+    GPM_OFF_NOTE,
+    GPM_RATES,
+    GPM_RATIOS,
+    GpmMetrics,
+    GpuHealth,
+    GpuProcess,
+    GpuSample,
+    MigInstance,
+    XidEvent,
+)
 
 
 class _SlowFields(TypedDict):
@@ -83,13 +95,9 @@ MIG_SLICES = ((3, 4), (2, 2), (1, 1))
 STARVED_GPU = 2
 STARVED_EVERY_S, STARVED_FROM_S, STARVED_FOR_S = 130.0, 100.0, 45.0
 POWER_LIMIT_MAX = 700.0  # an H100 SXM's highest settable power limit
-# GPM as gputui.collect.gpm reads it: metrics between two samples, none between two closer than this.
-GPM_MIN_INTERVAL_S = 0.05
 # open() takes the first sample as NvmlSource.open does, dated this much earlier: a one-shot reading's
 # wait for its GPM interval (gputui.commands.GPM_ONESHOT_S) is simulated, not slept.
 GPM_PRIMED_S = 0.1
-GPM_MODES = ("auto", "on", "off")
-GPM_OFF_NOTE = 'GPM is off (--gpm off, or gpm = "off" in the settings): SM and tensor activity n/a'
 
 
 # GPM per stage of a trainer: (mean, spread) in percent of SM active, SM occupancy, tensor (all HMMA: bf16),
@@ -154,7 +162,7 @@ class _Sim:
             level = 22.0 + self.noise(t, 10.0)
         else:
             level = 95.0 + self.noise(t, 3.0)
-        return max(0.0, min(100.0, level * (0.3 + 0.7 * ramp)))
+        return _percent(level * (0.3 + 0.7 * ramp))
 
     def starving(self, t: float) -> bool:
         """Training, on the starved rank, while its loader lags: kernels all the time, almost no work in
@@ -193,27 +201,17 @@ class _Sim:
         rates = dict(pcie_rx=float(pcie_rx), pcie_tx=float(pcie_tx))
         rates.update(nvlink_rx=float(nvlink_rx), nvlink_tx=float(nvlink_tx))
         if stage == "ended":
-            zeros = dict.fromkeys(("graphics", "sm_active", "sm_occupancy", "tensor", "dram"), 0.0)
-            idle = dict.fromkeys(("hmma", "imma", "dfma", "fp16", "fp32", "fp64", "integer"), 0.0)
-            return GpmMetrics(interval=round(interval, 3), **zeros, **idle, **rates)
+            return GpmMetrics(interval=round(interval, 3), **dict.fromkeys(GPM_RATIOS, 0.0), **rates)
         scale = 0.3 + 0.7 * min(1.0, t / _RAMP_S)  # the warm-up, as utilization's
         levels = GPM_LEVELS["starved" if self.starving(t) else stage]
         # GPM averages every SM over the whole interval: a steady loop reads nearly the same each second.
         # Its level drifts over GPM_DRIFT_S (the batch's sequence lengths), within a jitter of that.
         block = t - t % GPM_DRIFT_S
+        drift = (self.noise(block, spread, f":gpm{k}") for k, (_, spread) in enumerate(levels))
+        jitter = (self.noise(t, 0.3, f":j{k}") for k in range(len(levels)))
         sm, occupancy, tensor, dram, fp16, fp32, integer = (
-            round(
-                max(
-                    0.0,
-                    min(
-                        100.0,
-                        (level + self.noise(block, spread, f":gpm{k}") + self.noise(t, 0.3, f":j{k}"))
-                        * scale,
-                    ),
-                ),
-                1,
-            )
-            for k, (level, spread) in enumerate(levels)
+            round(_percent((level + d + j) * scale), 1)
+            for (level, _), d, j in zip(levels, drift, jitter, strict=True)
         )
         return GpmMetrics(
             interval=round(interval, 3),
@@ -566,8 +564,7 @@ class DemoSource:
         used = (trainer_mem, leaked, 0)
         idle = None
         if gpm is not None:
-            zero = dict.fromkeys(("graphics", *_MIG_SUMMED), 0.0)
-            idle = dataclasses.replace(gpm, **zero, pcie_rx=0.0, pcie_tx=0.0, nvlink_rx=0.0, nvlink_tx=0.0)
+            idle = dataclasses.replace(gpm, **dict.fromkeys((*GPM_RATIOS, *GPM_RATES), 0.0))
         return tuple(
             MigInstance(
                 gpu_instance=gi,
@@ -613,19 +610,11 @@ class DemoSource:
 
 # The GPM ratios of a MIG GPU that are its instances' weighted by their slices (the graphics engine is busy
 # while any instance is: the trainer's instance says).
-_MIG_SUMMED = (
-    "sm_active",
-    "sm_occupancy",
-    "tensor",
-    "hmma",
-    "imma",
-    "dfma",
-    "dram",
-    "fp16",
-    "fp32",
-    "fp64",
-    "integer",
-)
+_MIG_SUMMED = tuple(name for name in GPM_RATIOS if name != "graphics")
+
+
+def _percent(value: float) -> float:
+    return max(0.0, min(100.0, value))
 
 
 def _whole_gpu(gpm: GpmMetrics, instances: tuple[MigInstance, ...]) -> GpmMetrics:

@@ -191,13 +191,26 @@ TENSOR_FIX = (
 OCCUPANCY_FIX = "a larger batch, or fewer, bigger kernels (torch.compile fuses small ops)"
 
 
+def starved_sm(g: GpuSample) -> float | None:
+    """The SM activity of a GPU NVML calls busy while its SMs are nearly empty: utilization at least
+    UTIL_BUSY and SM activity at most SM_STARVED (gpm_findings' rule). Some kernel always runs, so NVML
+    says ~100 %, but it is a tiny one: the GPU waits on the host (data, kernel launches) or another rank.
+    None: not starved, or unknown. The screen and --once call it out."""
+    sm = g.gpm.sm_active if g.gpm is not None and not g.lost else None
+    return sm if sm is not None and g.util_gpu is not None and _starved(sm, g.util_gpu) else None
+
+
+def _starved(sm: float, util: float) -> bool:
+    return util >= UTIL_BUSY and sm <= SM_STARVED
+
+
 def gpm_findings(m: GpmMetrics, util: float | None) -> list[GpmFinding]:
     """The GPM verdicts on a GPU (or MIG instance) with a job on it; `util`: NVML's utilization over the
     same time, if known. Nothing when the reading says nothing wrong or the metrics needed are n/a."""
     sm = m.sm_active
     if sm is None:
         return []
-    if util is not None and util >= UTIL_BUSY and sm <= SM_STARVED:
+    if util is not None and _starved(sm, util):
         text = f"busy but starved: SM {sm:.0f}% while util {util:.0f}%"
         return [GpmFinding("starved", text, STARVED_FIX)]
     out = []

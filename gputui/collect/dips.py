@@ -32,7 +32,7 @@ MIN_DROP = 20.0
 MAX_DIPS = 500
 SM, UTIL = "sm", "util"  # what a dip was measured on: GPM's SM activity, or NVML's utilization
 # Ticks in a row without SM activity before a track measured on it falls back to utilization: one GPM
-# reading may fail or come too soon after the last (gputui.collect.gpm.MIN_INTERVAL_S); DCGM taking the
+# reading may fail or come too soon after the last (gputui.model.GPM_MIN_INTERVAL_S); DCGM taking the
 # counters is every tick from then on.
 SIGNAL_GRACE = 3
 TENSOR_WINDOW = 30  # recent busy tensor-activity readings: were the tensor cores in use before a dip

@@ -31,7 +31,7 @@ from typing import Any
 
 import pynvml
 
-from gputui.model import GpmMetrics
+from gputui.model import GPM_MIN_INTERVAL_S, GpmMetrics
 
 # GpmMetrics field <- NVML metric id. Ratios are percent (0..100); the rates MiB/s (converted to bytes/s).
 RATIO_IDS: tuple[tuple[str, int], ...] = (
@@ -59,9 +59,6 @@ _NAMES = dict((metric, name) for name, metric in (*RATIO_IDS, *RATE_IDS))
 MIB = 1024 * 1024
 # A ratio a hair over 100 is rounding in the driver's arithmetic; far over it is a broken reading.
 RATIO_SLACK = 1.0
-# The shortest interval the metrics are asked for: between two samples closer than this the counters
-# hold too few cycles to mean anything (and a second tick within it would read noise).
-MIN_INTERVAL_S = 0.05
 
 # Processes that hold the profiling counters GPM reads (by /proc/PID/comm, 15 characters at most).
 DCGM_PROCESSES = frozenset({"nv-hostengine", "dcgm-exporter", "dcgmproftester1", "dcgmproftester12"})
@@ -169,7 +166,7 @@ class GpmReader:
     ) -> GpmMetrics | None:
         """Take a sample into the older slot and measure from the previous one to it."""
         now = self.clock()
-        if pair.last is not None and now - pair.last_time < MIN_INTERVAL_S:
+        if pair.last is not None and now - pair.last_time < GPM_MIN_INTERVAL_S:
             return None  # too soon: keep the previous sample for the next tick
         slot = 0 if pair.last is None else 1 - pair.last
         self.calls += 1

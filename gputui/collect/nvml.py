@@ -50,11 +50,19 @@ import pynvml
 from gputui.collect import gpm as gpm_mod
 from gputui.collect.source import Reading, SourceInfo, SourceUnavailable
 from gputui.collect.xid_events import XidWatcher
-from gputui.model import GpmMetrics, GpuHealth, GpuProcess, GpuSample, MigInstance, XidEvent
+from gputui.model import (
+    GPM_MODES,
+    GPM_OFF_NOTE,
+    GpmMetrics,
+    GpuHealth,
+    GpuProcess,
+    GpuSample,
+    MigInstance,
+    XidEvent,
+)
 from gputui.units import printable
 
 SETTINGS_EVERY = 6  # slow ticks between reads of modes that change only by an admin's hand
-GPM_MODES = ("auto", "on", "off")
 
 _SKIP_FOREVER = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
 
@@ -360,7 +368,9 @@ class NvmlSource:
                 pass
 
     def _check_dcgm(self) -> None:
-        self._gpm_blocker = self.dcgm_running() if self.gpm_mode == "auto" else None
+        # /proc is scanned only where it matters: in auto mode, on a box with a GPU that serves GPM.
+        wanted = self.gpm_mode == "auto" and any(s.supported for s in self._gpm.gpus.values())
+        self._gpm_blocker = self.dcgm_running() if wanted else None
 
     @property
     def gpm_armed(self) -> bool:
@@ -371,7 +381,7 @@ class NvmlSource:
         if self.gpm_armed or not any(s.supported for s in self._gpm.gpus.values()):
             return None
         if self.gpm_mode == "off":
-            return 'GPM is off (--gpm off, or gpm = "off" in the settings): SM and tensor activity n/a'
+            return GPM_OFF_NOTE
         return (
             f"GPM not armed: DCGM is running ({self._gpm_blocker}) and reads the same counters; "
             "--gpm on shares them"

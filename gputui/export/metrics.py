@@ -331,24 +331,33 @@ def _job_labels(procs: list[ProcessRow]) -> dict[str, str]:
     return {}
 
 
-@dataclass(frozen=True)
 class _DcgmLabels:
-    """The labels of one snapshot's DCGM_* series, per GPU and per MIG GPU instance."""
+    """The labels of one snapshot's DCGM_* series, per GPU and per MIG GPU instance: worked out once per
+    GPU (or instance) and copied to each family's samples."""
 
-    snap: Snapshot
-    base: dict[int, list[str]]
+    def __init__(self, snap: Snapshot, base: dict[int, list[str]]) -> None:
+        self.snap = snap
+        self.base = base
+        self._procs: dict[int, list[ProcessRow]] = {}
+        for p in snap.processes:
+            if p.kinds and p.gpu is not None:
+                self._procs.setdefault(p.gpu, []).append(p)
+        self._cache: dict[tuple[int, int | None], dict[str, str]] = {}
 
     def gpu(self, g: GpuSample) -> dict[str, str]:
-        labels = dict(zip(GPU_LABELS, self.base[g.index], strict=True))
-        return self._more(labels, [p for p in self._gpu_procs(g.index)])
+        key = (g.index, None)
+        if key not in self._cache:
+            labels = dict(zip(GPU_LABELS, self.base[g.index], strict=True))
+            self._cache[key] = self._more(labels, self._procs.get(g.index, []))
+        return dict(self._cache[key])
 
     def instance(self, g: GpuSample, inst: MigInstance) -> dict[str, str]:
-        labels = _mig_labels(self.base[g.index], inst)
-        procs = [p for p in self._gpu_procs(g.index) if p.gpu_instance == inst.gpu_instance]
-        return self._more(labels, procs)
-
-    def _gpu_procs(self, index: int) -> list[ProcessRow]:
-        return [p for p in self.snap.processes if p.gpu == index and p.kinds]
+        key = (g.index, inst.gpu_instance)
+        if key not in self._cache:
+            labels = _mig_labels(self.base[g.index], inst)
+            procs = [p for p in self._procs.get(g.index, []) if p.gpu_instance == inst.gpu_instance]
+            self._cache[key] = self._more(labels, procs)
+        return dict(self._cache[key])
 
     def _more(self, labels: dict[str, str], procs: list[ProcessRow]) -> dict[str, str]:
         if self.snap.driver_version:

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from rich.style import Style
 
 from gputui import cells
+from gputui.collect.dip_causes import starved_sm
 from gputui.collect.dips import SIGNAL_GRACE
 from gputui.collect.health import ERROR, problems
 from gputui.collect.history import History
 from gputui.model import GpuSample, MigInstance, Snapshot, XidEvent
-from gputui.oneshot import starved_sm
 from gputui.ui import layout as layouts
 from gputui.ui.canvas import Cell, CellCanvas, Line
 from gputui.ui.layout import AUTO, LABEL, LINE_SCALE, Field, GpuLayout, Segment, fit_fields

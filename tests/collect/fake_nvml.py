@@ -873,24 +873,23 @@ class FakeNvml:
 
     def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:
         gpu = self._enter("nvmlGpmSampleGet", handle)
-        if gpu.gpm is None:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        found = self._gpm_sample(sample, "nvmlGpmSampleGet")
-        if found is None:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        found.gpu, found.instance, found.time = gpu.index, None, self.now
-        return sample
+        return self._take_sample(gpu, None, sample, "nvmlGpmSampleGet")
 
     def nvmlGpmMigSampleGet(self, handle: Any, gpu_instance: int, sample: Any) -> Any:
         gpu = self._enter("nvmlGpmMigSampleGet", handle, gpu_instance)
+        if gpu.gpm is not None and (
+            not gpu.mig or not gpu.mig[0] or gpu_instance not in {d.gpu_instance for d in gpu.mig_devices}
+        ):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return self._take_sample(gpu, gpu_instance, sample, "nvmlGpmMigSampleGet")
+
+    def _take_sample(self, gpu: FakeGpu, instance: int | None, sample: Any, call: str) -> Any:
         if gpu.gpm is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        if not gpu.mig or not gpu.mig[0] or gpu_instance not in {d.gpu_instance for d in gpu.mig_devices}:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-        found = self._gpm_sample(sample, "nvmlGpmMigSampleGet")
+        found = self._gpm_sample(sample, call)
         if found is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        found.gpu, found.instance, found.time = gpu.index, gpu_instance, self.now
+        found.gpu, found.instance, found.time = gpu.index, instance, self.now
         return sample
 
     def nvmlGpmMetricsGet(self, request: Any) -> Any:
