@@ -49,9 +49,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.export: the bench's servers
 
-from gputui.collect.demo import DemoSource
-from gputui.collect.holders import HolderScanner, device_paths
+from gputui.collect.procs.holders import HolderScanner, device_paths
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.demo import DemoSource
 
 
 def bench_sampler(gpus: int = 8, ticks: int = 100) -> dict[str, float | int]:
@@ -187,7 +187,7 @@ def bench_agent(seconds: float = 10.0) -> dict[str, object]:
         [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        from gputui.collect.agents import AgentPoller, discover
+        from gputui.collect.agents.client import AgentPoller, discover
 
         deadline = time.monotonic() + 30
         while proc.pid not in discover() and time.monotonic() < deadline:
@@ -225,7 +225,7 @@ def bench_agent_poll(agents: int = 16, stopped: int = 8, polls: int = 20) -> dic
     poll, which the 150 ms deadline must bound whatever the agents do."""
     import tempfile
 
-    from gputui.collect.agents import AgentPoller
+    from gputui.collect.agents.client import AgentPoller
 
     script = (
         "import sys, time; from pathlib import Path; from gputui.agent.server import Agent\n"
@@ -391,7 +391,7 @@ def bench_tui(
 def bench_attach(runs: int = 3) -> dict[str, object]:
     """`gputui attach` through gdb on a real CPU-torch training loop (tests/attach/train_loop.py, a 5 ms
     step): how long gdb ran and the loop's longest gap between two steps around it (the real pause)."""
-    from gputui.attach import attach
+    from gputui.actions.attach import attach
 
     if shutil.which("gdb") is None:
         return {"skipped": "gdb is not installed"}
@@ -511,7 +511,7 @@ def bench_nvml_calls(gpus: int = 8, ticks: int = 60) -> dict[str, object]:
     NVML (tests/collect/fake_nvml.py: real pynvml structs) where every GPU runs one process."""
     from _pytest.monkeypatch import MonkeyPatch
 
-    from gputui.collect.nvml import NvmlSource
+    from gputui.collect.sources.nvml import NvmlSource
     from tests.collect.fake_nvml import FakeNvml, FakeProcess
 
     patch = MonkeyPatch()
@@ -546,7 +546,7 @@ def bench_gpm(gpus: int = 8, ticks: int = 60) -> dict[str, object]:
     is gputui's: building the request, reading 16 metrics back, checking them)."""
     from _pytest.monkeypatch import MonkeyPatch
 
-    from gputui.collect.nvml import NvmlSource
+    from gputui.collect.sources.nvml import NvmlSource
     from tests.collect.fake_nvml import FakeNvml
 
     values = {metric: 50.0 for _name, metric in gpm_ids()}
@@ -588,7 +588,7 @@ GPM_CALLS = ("nvmlGpmSampleGet", "nvmlGpmMetricsGet", "nvmlGpmMigSampleGet")
 
 
 def gpm_ids() -> tuple[tuple[str, int], ...]:
-    from gputui.collect.gpm import RATE_IDS, RATIO_IDS
+    from gputui.collect.sources.gpm import RATE_IDS, RATIO_IDS
 
     return (*RATIO_IDS, *RATE_IDS)
 
@@ -614,7 +614,7 @@ def bench_xid_idle(gpus: int = 8, seconds: float = 10.0) -> dict[str, object]:
     the whole timeout (WAIT_MS) unless an event arrives: what is measured is gputui's loop around it."""
     import pytest
 
-    from gputui.collect.xid_events import WAIT_MS, XidWatcher
+    from gputui.collect.sources.xid_events import WAIT_MS, XidWatcher
     from tests.collect.fake_nvml import FakeHandle, FakeNvml
 
     patch = pytest.MonkeyPatch()
@@ -652,7 +652,7 @@ def bench_owners(processes: int = 1000, ticks: int = 50) -> dict[str, object]:
     tick (cached); and Sampler._with_owners, the whole owner step of a tick, over as many rows."""
     import uuid
 
-    from gputui.collect.owners import Owners
+    from gputui.collect.procs.owners import Owners
     from gputui.model import ProcessRow
 
     cid = "0123456789abcdef" * 4
@@ -822,7 +822,7 @@ def bench_oneshot(gpus: int = 8, runs: int = 11) -> dict[str, object]:
 def bench_recording(gpus: int = 8, seconds: float = 60.0) -> dict[str, object]:
     """`gputui record` of the demo at 1 Hz for `seconds`, the same snapshots as JSON Lines and as .gz:
     bytes per snapshot and per hour."""
-    from gputui.record import Recorder
+    from gputui.output.record import Recorder
 
     tmp = Path(tempfile.mkdtemp(prefix="gputui-bench-rec-"))
     plain, gz = Recorder(tmp / "rec.jsonl"), Recorder(tmp / "rec.jsonl.gz")

@@ -17,7 +17,7 @@ def interval(text: str) -> float:
 
 
 def gpu_count(text: str) -> int:
-    from gputui.collect.demo import MAX_GPUS
+    from gputui.collect.sources.demo import MAX_GPUS
 
     if not text.isdigit() or not 1 <= int(text) <= MAX_GPUS:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_GPUS}, not {text!r}")

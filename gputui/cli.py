@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gputui import __version__, argtypes, commands
-from gputui.collect.source import SourceUnavailable
+from gputui.collect.sources.base import SourceUnavailable
 from gputui.model import GPM_MODES
 
 if TYPE_CHECKING:
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 EXIT_NO_SOURCE = 2
 NO_DRIVER_HINT = "run `gputui --demo` for simulated GPUs, or `gputui doctor` to find out why"
-# gputui.attach's own default (a test keeps them equal): importing it here would slow `gputui --version`.
+# gputui.actions.attach's own default (a test keeps them equal): importing it here would slow
+# `gputui --version`.
 ATTACH_TIMEOUT_S = 8.0
 # gputui.export.fleet's own (a test keeps them equal): it brings http.client and ssl, 30 ms on every command.
 FLEET_WINDOW_S = 900.0
@@ -481,7 +482,7 @@ def _oneshot(args: argparse.Namespace) -> int:
     from gputui.collect.sampler import Sampler
 
     # One reading answers at once: what needs a second one (%CPU, PCIe/NVLink byte rates, trends) is null
-    # and said so (gputui.jsonout.ONE_READING_FIELDS). An explicit --interval S measures them over S.
+    # and said so (gputui.output.jsonout.ONE_READING_FIELDS). An explicit --interval S measures them over S.
     # The demo shows a job in full swing, not its warm-up.
     one_reading = args.interval is None
     with Sampler(commands.make_source(args, start_at=120.0), devices_dir=args.devices_dir) as sampler:
@@ -490,13 +491,13 @@ def _oneshot(args: argparse.Namespace) -> int:
             time.sleep(args.interval)
             snap = sampler.tick()
     if args.json:
-        from gputui.jsonout import one_reading_to_dict, snapshot_to_dict
+        from gputui.output.jsonout import one_reading_to_dict, snapshot_to_dict
 
         doc = one_reading_to_dict(snap) if one_reading else snapshot_to_dict(snap)
         # Valid JSON on any stdout: \u escapes where it cannot take UTF-8.
         ascii_only = (getattr(sys.stdout, "encoding", "") or "").lower().replace("-", "") != "utf8"
         return commands.write_stdout(json.dumps(doc, indent=2, ensure_ascii=ascii_only))
-    from gputui.oneshot import render
+    from gputui.output.oneshot import render
 
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     return commands.write_stdout(render(snap, width, one_reading=one_reading))

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gputui.collect.source import GpuSource
+from gputui.collect.sources.base import GpuSource
 from gputui.units import printable
 
 if TYPE_CHECKING:
-    from gputui.attach import Outcome
+    from gputui.actions.attach import Outcome
 
 AUTOSTART = Path(__file__).resolve().parent / "agent" / "autostart"
 # The GPM interval of a one-shot reading: SM and tensor activity over 0.1 s (the counters' shortest
@@ -27,7 +27,7 @@ def make_source(args: argparse.Namespace, start_at: float = 0.0, watch: bool = F
     """`watch`: a long-running reader (the monitor, record, export): NVML's Xid events get a thread of
     their own. A one-shot reading starts none."""
     if args.demo:
-        from gputui.collect.demo import DemoSource
+        from gputui.collect.sources.demo import DemoSource
 
         return DemoSource(
             gpus=args.demo_gpus,
@@ -37,7 +37,7 @@ def make_source(args: argparse.Namespace, start_at: float = 0.0, watch: bool = F
             faults=args.demo_faults,
             gpm=gpm_mode(args),
         )
-    from gputui.collect.nvml import NvmlSource
+    from gputui.collect.sources.nvml import NvmlSource
 
     # A one-shot reading (--once, --json) waits for its GPM interval; a monitor shows GPM from its next tick.
     wait = 0.0 if watch else GPM_ONESHOT_S
@@ -122,8 +122,8 @@ def attach(args: argparse.Namespace) -> int:
     prog = "gputui attach"
     if args.readonly:
         args.parser.error("--readonly: gputui attaches no debugger and starts nothing in another process")
-    from gputui.attach import Refusal, check
-    from gputui.attach.run import start_time
+    from gputui.actions.attach import Refusal, check
+    from gputui.actions.attach.run import start_time
 
     # The process described (and asked about) is this one: attach() refuses another that gets its pid.
     started = start_time(args.pid)
@@ -182,7 +182,7 @@ def _attach_to_the_end(pid: int, timeout: float, create_time: float | None) -> t
     removed while the target still reads it, would leave the job worse off than a wait of a few seconds
     (attach gives up on its own within `timeout`). Whether a signal came meanwhile. `create_time`: the
     start of the process described to the user; another with its pid is refused."""
-    from gputui.attach import attach
+    from gputui.actions.attach import attach
 
     came: list[int] = []
     watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -199,7 +199,7 @@ def record(args: argparse.Namespace) -> int:
     """`gputui record FILE`: snapshots as JSON Lines (or CSV) until --duration, Ctrl-C or SIGTERM.
     Exit 0: done; 1: writing failed on the way (a full disk, a closed pipe); 2: could not start."""
     from gputui.collect.sampler import Sampler
-    from gputui.record import Recorder, RecordError, late_note, record_paced
+    from gputui.output.record import Recorder, RecordError, late_note, record_paced
 
     path = None if args.file == "-" else Path(args.file)
     if path is None and args.max_size:
@@ -235,8 +235,8 @@ def record(args: argparse.Namespace) -> int:
 
 def replay(args: argparse.Namespace) -> int:
     """`gputui replay FILE`: the TUI on a recording. Every line is checked against the snapshot schema and
-    bounded in size (see gputui.record); exit 2 when the file holds no snapshot at all."""
-    from gputui.record import load_recording
+    bounded in size (see gputui.output.record); exit 2 when the file holds no snapshot at all."""
+    from gputui.output.record import load_recording
 
     name = printable(str(args.file))
     try:
@@ -251,7 +251,7 @@ def replay(args: argparse.Namespace) -> int:
         return 2
     if no_terminal("gputui replay", "it draws the full-screen view"):
         return 2
-    from gputui.collect.replay import ReplaySampler
+    from gputui.collect.sources.replay import ReplaySampler
     from gputui.ui.app import GpuTuiApp
 
     app = GpuTuiApp(

@@ -223,7 +223,7 @@ class ProcessRow:
     state: str | None = None  # psutil status: running, sleeping, disk-sleep, stopped, zombie, ...
     ppid: int | None = None
     devices: tuple[str, ...] | None = None  # the nvidia device files it holds; None: not readable
-    category: str = "ok"  # see gputui.collect.classify: ok, worker, defunct, orphan, unseen, ...
+    category: str = "ok"  # see gputui.analyze.classify: ok, worker, defunct, orphan, unseen, ...
     reason: str = ""  # one line: why it is in its category
     ns_pid: int | None = None  # its PID inside its own (container's) PID namespace, when different
     owner: Owner | None = None  # its container, pod or SLURM job; None: none found (a plain process)
@@ -269,7 +269,7 @@ class ProcessDetail:
 
 
 # What a gputui agent (gputui.agent, inside a training process) said, validated at the boundary by
-# gputui.collect.agent_reply: every number finite and in range, every string short and printable.
+# gputui.collect.agents.reply: every number finite and in range, every string short and printable.
 AGENT_OK = "ok"
 AGENT_SLOW = "slow"  # no answer within this tick's deadline: the last good numbers, marked
 AGENT_UNREADABLE = "unreadable"  # it answered something that is not a valid stats reply

@@ -16,9 +16,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gputui.collect import agent_reply
-from gputui.collect.demo import DemoSource
+from gputui.collect.agents import reply as agent_reply
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.demo import DemoSource
 from gputui.export.fleet import (
     FleetAgent,
     FleetGpu,

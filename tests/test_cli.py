@@ -18,11 +18,11 @@ from jsonschema import Draft202012Validator
 
 import gputui
 from gputui import cells
-from gputui.collect.demo import DemoSource
 from gputui.collect.sampler import Sampler
-from gputui.jsonout import dumps, schema, snapshot_from_dict, snapshot_to_dict
+from gputui.collect.sources.demo import DemoSource
 from gputui.model import Snapshot
-from gputui.oneshot import render
+from gputui.output.jsonout import dumps, schema, snapshot_from_dict, snapshot_to_dict
+from gputui.output.oneshot import render
 from tests.processes import cmdline
 
 TIMEOUT = 60
@@ -288,8 +288,9 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_headless_modules_do_not_import_textual() -> None:
     result = _python(
-        "import gputui.collect.sampler, gputui.collect.demo, gputui.collect.nvml, gputui.collect.procs\n"
-        "import gputui.cli, gputui.oneshot, gputui.jsonout, gputui.model, sys\n"
+        "import gputui.collect.sampler, gputui.collect.sources.demo, gputui.collect.sources.nvml\n"
+        "import gputui.collect.procs.join\n"
+        "import gputui.cli, gputui.output.oneshot, gputui.output.jsonout, gputui.model, sys\n"
         "import gputui.export.exporter, gputui.export.fleet, gputui.export.metrics, gputui.export.promql\n"
         "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))\n"
     )

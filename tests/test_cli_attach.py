@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from gputui import cli, commands
-from gputui.attach import Outcome, Plan, Refusal, check
-from gputui.attach import run as attach_run
-from gputui.collect.agents import AgentPoller
+from gputui.actions.attach import Outcome, Plan, Refusal, check
+from gputui.actions.attach import run as attach_run
+from gputui.collect.agents.client import AgentPoller
 from tests.processes import wait_until
 
 TIMEOUT = 60
@@ -278,7 +278,7 @@ def test_a_signal_does_not_cut_the_attach_short(monkeypatch: pytest.MonkeyPatch)
         finished.append(pid)
         return Outcome(pid, True, f"attached to pid {pid} with gdb", seconds=0.05)
 
-    monkeypatch.setattr("gputui.attach.attach", slow_attach)
+    monkeypatch.setattr("gputui.actions.attach.attach", slow_attach)
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     outcome, interrupted = commands._attach_to_the_end(4242, 8.0, None)
     assert finished == [4242] and outcome.ok and interrupted

@@ -76,7 +76,7 @@ def test_discovery_finds_the_modules() -> None:
     modules = walled_modules()
     for known in (
         "gputui.model",
-        "gputui.collect.procs",
+        "gputui.collect.procs.join",
         "gputui.collect.sampler",
         "gputui.export.exporter",
         "gputui.doctor.run",
@@ -98,7 +98,7 @@ def test_gputui_version_imports_no_ui() -> None:
 
 def test_the_child_sees_a_forbidden_import() -> None:
     """The check itself: a module that does import the UI is reported."""
-    assert "textual" in forbidden_after("gputui.ui.canvas")
+    assert "textual" in forbidden_after("gputui.ui.widgets.canvas")
 
 
 def _imported_names(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:

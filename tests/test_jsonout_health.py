@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from gputui import jsonout, schema_check
 from gputui.model import GpuHealth, GpuSample, ProcessRow, Snapshot, XidEvent
+from gputui.output import jsonout, schema_check
 
 
 def test_health_xids_and_forecasts_round_trip_and_match_the_schema() -> None:

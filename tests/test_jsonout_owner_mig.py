@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gputui import jsonout, schema_check
 from gputui.model import GpuSample, MigInstance, Owner, ProcessRow, Snapshot
+from gputui.output import jsonout, schema_check
 
 GIB = 1 << 30
 

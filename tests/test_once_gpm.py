@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from gputui.collect.demo import STARVED_GPU, DemoSource
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.demo import STARVED_GPU, DemoSource
 from gputui.model import GPM_RATES, GPM_RATIOS, Snapshot
-from gputui.oneshot import GPM_LABELS, GPM_LEGEND, ONE_READING_LEGEND, gpm_value, render
+from gputui.output.oneshot import GPM_LABELS, GPM_LEGEND, ONE_READING_LEGEND, gpm_value, render
 from gputui.units import fmt_pct
 
 NOTE = "GPM not armed: DCGM is running (nv-hostengine (pid 812)) and reads the same counters"

@@ -8,11 +8,11 @@ import json
 import subprocess
 import sys
 
-from gputui.collect.demo import MIG_LAYOUT, DemoSource
 from gputui.collect.sampler import Sampler
-from gputui.jsonout import one_reading_to_dict, unmeasured
+from gputui.collect.sources.demo import MIG_LAYOUT, DemoSource
 from gputui.model import GpuSample, HostStats, MigInstance
-from gputui.oneshot import ONE_READING_LEGEND, render
+from gputui.output.jsonout import one_reading_to_dict, unmeasured
+from gputui.output.oneshot import ONE_READING_LEGEND, render
 
 TIMEOUT = 60
 

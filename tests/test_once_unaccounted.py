@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from gputui.collect.classify import UNACCOUNTED_MIN
-from gputui.collect.holders import HolderScan
-from gputui.collect.procs import ProcessJoiner
-from gputui.jsonout import dumps
+from gputui.analyze.classify import UNACCOUNTED_MIN
+from gputui.collect.procs.holders import HolderScan
+from gputui.collect.procs.join import ProcessJoiner
 from gputui.model import GpuProcess, GpuSample, Snapshot
-from gputui.oneshot import render
+from gputui.output.jsonout import dumps
+from gputui.output.oneshot import render
 from tests.collect.test_procs import _free_pid
 
 MIB = 1 << 20
@@ -33,7 +33,7 @@ def snap(unaccounted: int | None) -> Snapshot:
 
 
 def test_the_threshold_is_the_tuis() -> None:
-    from gputui.ui import process_rows
+    from gputui.ui.widgets import process_rows
 
     assert process_rows.UNACCOUNTED_MIN is UNACCOUNTED_MIN
     assert UNACCOUNTED_MIN == 64 * MIB

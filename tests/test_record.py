@@ -20,9 +20,9 @@ import psutil
 import pytest
 from jsonschema import Draft202012Validator
 
-from gputui.jsonout import schema, snapshot_to_dict
 from gputui.model import AgentReport, GpmMetrics, GpuSample, Snapshot, TrainingProgress
-from gputui.record import CSV_COLUMNS, KEEP_ROTATED, NA, Recorder, csv_rows, read_recording
+from gputui.output.jsonout import schema, snapshot_to_dict
+from gputui.output.record import CSV_COLUMNS, KEEP_ROTATED, NA, Recorder, csv_rows, read_recording
 from gputui.units import printable
 from tests.ui import world
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gputui import record
-from gputui.jsonout import snapshot_to_dict
-from gputui.record import Recorder, load_recording
+from gputui.output import record
+from gputui.output.jsonout import snapshot_to_dict
+from gputui.output.record import Recorder, load_recording
 from tests.test_record import gputui, without_hosts, world_snaps
 
 

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from gputui import record, schema_check
-from gputui.collect.replay import ReplaySampler
-from gputui.jsonout import schema, snapshot_to_dict
-from gputui.record import MAX_LINE, Recorder, RecordError, load_recording, read_recording
-from gputui.schema_check import SchemaError
+from gputui.collect.sources.replay import ReplaySampler
+from gputui.output import record, schema_check
+from gputui.output.jsonout import schema, snapshot_to_dict
+from gputui.output.record import MAX_LINE, Recorder, RecordError, load_recording, read_recording
+from gputui.output.schema_check import SchemaError
 from tests.test_record import DEMO, assert_valid, finish, gputui, start, without_hosts, world_snaps
 
 TIMEOUT = 60

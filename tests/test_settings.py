@@ -81,7 +81,7 @@ def assert_one_line(warning: str | None, path: Path, *words: str) -> None:
 def test_defaults_are_the_apps() -> None:
     pytest.importorskip("textual")
     from gputui.ui.app import INTERVALS, ZOOMS, GpuTuiApp
-    from gputui.ui.process_rows import BY_KEY, View
+    from gputui.ui.widgets.process_rows import BY_KEY, View
 
     try:  # moving to the base app shared with the fleet view (issue 16)
         from gputui.ui.base_app import DEFAULT_THEME  # type: ignore[import-not-found, unused-ignore]

@@ -54,7 +54,7 @@ GPUTUI_EXPECT: dict[str, tuple[list[tuple[str, float, float]], bool]] = {
 
 def check_gputui(r: Result, load: str) -> None:
     """Two reads of gputui's NVML source 1 s apart while `load` runs: its GpmMetrics as the raw ones."""
-    from gputui.collect.nvml import NvmlSource
+    from gputui.collect.sources.nvml import NvmlSource
 
     source = NvmlSource(gpm="on")
     source.open()

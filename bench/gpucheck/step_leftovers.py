@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 
 from bench.gpucheck.common import MIB, Result, python, spawn, until, work_dir
-from gputui.collect import signals
-from gputui.collect.nvml import NvmlSource
+from gputui.actions import signals
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.nvml import NvmlSource
 
 JOB = Path(__file__).with_name("leftover_job.py")
 GIB = 2.0

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.gpucheck.common import MIB, Result, out_dir, running, smi_csv, until, work_dir, workload
-from gputui.collect.nvml import _REASONS, NvmlSource
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.nvml import _REASONS, NvmlSource
 from gputui.model import GpuProcess, GpuSample, ProcessRow, Snapshot
 
 Get = Callable[[GpuSample, str | None], Any]  # a GPU and the driver version
@@ -176,7 +176,7 @@ def compare_gpus(
 
 
 def run(r: Result) -> None:
-    from gputui.collect.nvml_tape import Recorder
+    from gputui.collect.sources.nvml_tape import Recorder
 
     fields = supported_fields()
     r.number("fields", fields)

@@ -20,9 +20,9 @@ from typing import Any
 
 from bench.gpucheck.common import MIB, REPO, Result, out_dir, python, smi_csv, spawn, stop, until, work_dir
 from gputui.agent import protocol
-from gputui.collect.agents import AgentPoller
-from gputui.collect.nvml import NvmlSource
+from gputui.collect.agents.client import AgentPoller
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.nvml import NvmlSource
 from gputui.model import AgentReport
 
 TRAIN = Path(__file__).with_name("train_job.py")

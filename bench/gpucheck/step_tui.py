@@ -14,8 +14,8 @@ MEASURE_S = float(os.environ.get("GPU_CHECK_TUI_S", "60"))
 
 
 async def screenshot() -> None:
-    from gputui.collect.nvml import NvmlSource
     from gputui.collect.sampler import Sampler
+    from gputui.collect.sources.nvml import NvmlSource
     from gputui.ui.app import GpuTuiApp
 
     app = GpuTuiApp(Sampler(NvmlSource(xid_events=True)), interval=1.0)

@@ -11,17 +11,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from gputui.collect import classify, forecast, hung
-from gputui.collect.agents import AgentPoller
-from gputui.collect.history import History
-from gputui.collect.holders import HolderScanner
+from gputui.analyze import classify, forecast, hung
+from gputui.analyze.history import History
+from gputui.collect.agents.client import AgentPoller
 from gputui.collect.host import HostSampler
-from gputui.collect.procs import ProcessJoiner
-from gputui.collect.source import GpuSource, SourceInfo, SourceUnavailable
+from gputui.collect.procs.holders import HolderScanner
+from gputui.collect.procs.join import ProcessJoiner
+from gputui.collect.sources.base import GpuSource, SourceInfo, SourceUnavailable
 from gputui.model import AgentReport, GpuSample, Owner, ProcessRow, Snapshot, unaccounted_memory
 
 if TYPE_CHECKING:
-    from gputui.collect.owners import Found, Owners
+    from gputui.collect.procs.owners import Found, Owners
 
 TREND_EVERY_S = 5.0  # a process's memory trend is recomputed at most this often
 
@@ -101,7 +101,7 @@ class Sampler:
         """Made when first needed: on the first tick, which the monitor takes on the prefetch thread while
         Textual is imported, so its imports (json, sockets, the cgroup patterns) are not the first frame's."""
         if self._owners is None:
-            from gputui.collect.owners import Owners
+            from gputui.collect.procs.owners import Owners
 
             self._owners = Owners(monotonic=self.monotonic)
         return self._owners
@@ -282,7 +282,7 @@ class Sampler:
     def _with_owners(self, rows: tuple[ProcessRow, ...]) -> tuple[ProcessRow, ...]:
         """Each row with its container, pod or SLURM job; an orphan's reason says whose, and whether
         that pod or job has ended. Only rows that have an owner are copied: most have none. The cgroup
-        reads behind "has ended" are bounded per tick (see gputui.collect.owners): each job's cgroup is
+        reads behind "has ended" are bounded per tick (see gputui.collect.procs.owners): each job's cgroup is
         read once for all its orphans."""
         owners = self.owners
         owners.tick()

@@ -3,7 +3,7 @@
 NVML's utilization says only that a kernel ran; GPM says how much of the GPU it used. For each GPU (or MIG
 instance) with a process on it: busy but starved (utilization near 100 %, SMs nearly empty: the GPU waits on
 the host), tensor cores idle under busy SMs (fp32 matmuls), low SM occupancy (small kernels or batch); the
-verdicts are gputui.collect.dip_causes.gpm_findings, the allocator panel's too. Where there is no GPM reading,
+verdicts are gputui.analyze.dip_causes.gpm_findings, the allocator panel's too. Where there is no GPM reading,
 one line says why (before Hopper; DCGM holds the counters; --gpm off): information, never a problem.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gputui.collect.dip_causes import gpm_findings, gpm_reading
+from gputui.analyze.dip_causes import gpm_findings, gpm_reading
 from gputui.doctor.facts import SystemFacts
 from gputui.doctor.report import Check, ok, warning
 from gputui.model import GpmMetrics, GpuProcess, GpuSample

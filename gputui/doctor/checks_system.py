@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gputui.collect.health import ERROR, problems
+from gputui.analyze.health import ERROR, problems
 from gputui.doctor.facts import SystemFacts
 from gputui.doctor.report import Check, ok, problem, warning
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pynvml
 
-from gputui.collect.nvml import NvmlSource
-from gputui.collect.source import SourceUnavailable
+from gputui.collect.sources.base import SourceUnavailable
+from gputui.collect.sources.nvml import NvmlSource
 from gputui.model import GpuProcess, GpuSample, MigInstance
 
 _MODULE_VERSION = re.compile(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d+(?:\.\d+)+)")

@@ -18,14 +18,14 @@ from pathlib import Path
 import psutil
 import pynvml
 
-from gputui import attach as attaching
+from gputui.actions import attach as attaching
 from gputui.agent import protocol
-from gputui.collect import classify, forecast, hung
-from gputui.collect.agent_reply import BadReply, MemoryHistory, parse_memory_history
-from gputui.collect.agents import AgentPoller, exchange
-from gputui.collect.history import History
-from gputui.collect.holders import HolderScanner
-from gputui.collect.procs import ProcessJoiner, device_files
+from gputui.analyze import classify, forecast, hung
+from gputui.analyze.history import History
+from gputui.collect.agents.client import AgentPoller, exchange
+from gputui.collect.agents.reply import BadReply, MemoryHistory, parse_memory_history
+from gputui.collect.procs.holders import HolderScanner
+from gputui.collect.procs.join import ProcessJoiner, device_files
 from gputui.doctor import checks_cuda
 from gputui.doctor.facts import SystemFacts
 from gputui.doctor.report import Check, ok, problem, warning
@@ -84,7 +84,7 @@ def gather(
 ) -> ProcessFacts:
     """`idle_s` says how long the process's GPUs have been at 0 % (from NVML's samples or the TUI's
     history); `agent` answers its agent's stats, if any, and `history` its memory history; `attachable`
-    says whether its agent could be attached (gputui.attach.check: it reads /proc and stops nothing);
+    says whether its agent could be attached (gputui.actions.attach.check: it reads /proc and stops nothing);
     `look` reads the GPUs for a second (NVML); `watched`: the monitor's rows of it (the TUI's)."""
     born: float | None = None
     try:

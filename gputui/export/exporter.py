@@ -32,7 +32,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from gputui import __version__
-from gputui.collect.dips import DipDetector
+from gputui.analyze.dips import DipDetector
 from gputui.collect.sampler import Sampler
 from gputui.export.metrics import DipCounters, XidCounters, families, printable_labels, retype_counters
 from gputui.export.web_config import (

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gputui.collect.dips import MIN_DROP
+from gputui.analyze.dips import MIN_DROP
 from gputui.export.promql import (
     AccessDenied,
     BadAnswer,

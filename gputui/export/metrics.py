@@ -38,9 +38,9 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
-from gputui.collect.classify import SUSPICIOUS
-from gputui.collect.dips import Dip
-from gputui.collect.xid import XIDS, xid_name
+from gputui.analyze.classify import SUSPICIOUS
+from gputui.analyze.dips import Dip
+from gputui.analyze.xid import XIDS, xid_name
 from gputui.model import GpuSample, MigInstance, Owner, ProcessRow, Snapshot, XidEvent
 from gputui.units import printable
 

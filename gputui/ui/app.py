@@ -24,37 +24,37 @@ from textual.timer import Timer
 from textual.widgets import Input
 from textual.worker import get_current_worker
 
-from gputui.collect import signals
-from gputui.collect.agents import AgentHistory, AgentPoller
-from gputui.collect.alerts import Alerts
-from gputui.collect.classify import leftovers
-from gputui.collect.dip_causes import ProfileNote
-from gputui.collect.dips import DipDetector
-from gputui.collect.history import MAX_AGE_S, History
+from gputui.actions import signals
+from gputui.actions.signals import Target
+from gputui.analyze.alerts import Alerts
+from gputui.analyze.classify import leftovers
+from gputui.analyze.dip_causes import ProfileNote
+from gputui.analyze.dips import DipDetector
+from gputui.analyze.history import MAX_AGE_S, History
+from gputui.collect.agents.client import AgentHistory, AgentPoller
 from gputui.collect.pace import Pacer
-from gputui.collect.replay import ReplaySampler
 from gputui.collect.sampler import Sampler
-from gputui.collect.signals import Target
-from gputui.collect.source import SourceUnavailable
+from gputui.collect.sources.base import SourceUnavailable
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import HostProcess, ProcessRow, Snapshot
 from gputui.settings import Settings
-from gputui.ui import layout as layouts
 from gputui.ui.base_app import BaseApp
-from gputui.ui.gpu_panes import CHROME_ROWS, GpuPanes
-from gputui.ui.header import HeaderBar
-from gputui.ui.key_bar import KeyBar
-from gputui.ui.palette import Palette
-from gputui.ui.process_rows import AGENT_ONLY, BY_KEY, COLUMN_KEYS, UNACCOUNTED, TableRow, View
-from gputui.ui.process_table import MIN_COMMAND, ProcessTable
-from gputui.ui.row_note import RowNote
-from gputui.ui.status import StatusLine
+from gputui.ui.widgets import layout as layouts
+from gputui.ui.widgets.gpu_panes import CHROME_ROWS, GpuPanes
+from gputui.ui.widgets.header import HeaderBar
+from gputui.ui.widgets.key_bar import KeyBar
+from gputui.ui.widgets.palette import Palette
+from gputui.ui.widgets.process_rows import AGENT_ONLY, BY_KEY, COLUMN_KEYS, UNACCOUNTED, TableRow, View
+from gputui.ui.widgets.process_table import MIN_COMMAND, ProcessTable
+from gputui.ui.widgets.row_note import RowNote
+from gputui.ui.widgets.status import StatusLine
 from gputui.units import printable
 
 # The modal screens (help, detail, kill, allocator, events, doctor) are imported when first opened:
 # together they added about 0.1 s to every start, before the first frame.
 if TYPE_CHECKING:
-    from gputui.attach import Outcome, Plan
-    from gputui.ui.kill import KillRequest
+    from gputui.actions.attach import Outcome, Plan
+    from gputui.ui.screens.kill import KillRequest
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 SORT_CYCLE = ("gpu", "gpu_mem", "sm", "cpu", "rss", "time", "pid", "user")
@@ -535,7 +535,7 @@ class GpuTuiApp(BaseApp):
         if self.view.gpu is not None:
             self._select_gpu(None)
         elif self.snapshot is not None:
-            from gputui.ui.screens import GpuChooser
+            from gputui.ui.screens.detail import GpuChooser
 
             self.push_screen(
                 GpuChooser(self.snapshot.gpus, gpm_note=self.snapshot.gpm_note), self._select_gpu
@@ -561,7 +561,7 @@ class GpuTuiApp(BaseApp):
         if row.process is not None:
             self._open_detail(row.process)
         elif row.kind == UNACCOUNTED and row.leftover is not None:
-            from gputui.ui.leftovers import LeftoverScreen
+            from gputui.ui.screens.leftovers import LeftoverScreen
 
             now = self.snapshot.time if self.snapshot is not None else None
             self.push_screen(LeftoverScreen(row.leftover, self.readonly, now), self._leftover_closed(row.key))
@@ -585,7 +585,7 @@ class GpuTuiApp(BaseApp):
         return closed
 
     def _open_detail(self, process: ProcessRow | HostProcess) -> None:
-        from gputui.ui.screens import DetailScreen
+        from gputui.ui.screens.detail import DetailScreen
 
         # A replay's pids are the recorded machine's: what has that pid here now is another process.
         recorded_at = self.snapshot.time if self.replay and self.snapshot is not None else None
@@ -638,7 +638,7 @@ class GpuTuiApp(BaseApp):
         if self._awaiting is not None and self._awaiting[0] == row.pid:  # `a a a`: attached already
             self.say(f"attached to pid {row.pid}: the allocator panel opens when its agent answers")
             return
-        from gputui import attach as attaching  # gdb, tempfile: imported when first asked for
+        from gputui.actions import attach as attaching
 
         plan = attaching.check(row.pid)  # /proc reads only: a fraction of a millisecond
         if isinstance(plan, attaching.Refusal):
@@ -656,7 +656,7 @@ class GpuTuiApp(BaseApp):
 
     @work(thread=True, group="attach", exit_on_error=False)
     def _ask_agent(self, pid: int, started: float | None, plan: Plan, command: str) -> None:
-        from gputui.attach import run
+        from gputui.actions.attach import run
 
         try:
             answers = run.answers(pid, 1.0)  # as attach() and the sampler's poller ask it (SO_PEERCRED)
@@ -676,7 +676,7 @@ class GpuTuiApp(BaseApp):
             self._confirm_attach(pid, started, replace(plan, already=False), command)
 
     def _confirm_attach(self, pid: int, started: float | None, plan: Plan, command: str) -> None:
-        from gputui.ui.attach_dialog import AttachScreen
+        from gputui.ui.screens.attach import AttachScreen
 
         uid = plan.uid
 
@@ -692,8 +692,8 @@ class GpuTuiApp(BaseApp):
 
     @work(thread=True, group="attach", exit_on_error=False)
     def _run_attach(self, pid: int, started: float | None, uid: int) -> None:
-        from gputui import attach as attaching
-        from gputui.ui import attach_dialog
+        from gputui.actions import attach as attaching
+        from gputui.ui.screens import attach as attach_dialog
 
         try:
             changed = attach_dialog.another_process(pid, started)
@@ -713,8 +713,9 @@ class GpuTuiApp(BaseApp):
     # -- quitting during an attach: the job lives on -------------------------------------------------
     #
     # Every way out (q, F10, Ctrl+C, SIGTERM, SIGHUP, the terminal gone) gives the attach up at once
-    # (gputui.attach.run.abandon: a debugger before the job's GIL is interrupted, one inside the GIL's calls
-    # is left to finish; its wrapper removes the agent's copy) and says so once the terminal is back.
+    # (gputui.actions.attach.run.abandon: a debugger before the job's GIL is interrupted, one inside the
+    # GIL's calls is left to finish; its wrapper removes the agent's copy) and says so once the terminal
+    # is back.
 
     async def action_quit(self) -> None:
         self._abandon_attach()
@@ -740,7 +741,7 @@ class GpuTuiApp(BaseApp):
 
     def _abandon_attach(self) -> None:
         if self._attaching is not None:
-            from gputui.attach import run
+            from gputui.actions.attach import run
 
             self._abandoned += run.abandon()
             self._attaching = None
@@ -796,7 +797,7 @@ class GpuTuiApp(BaseApp):
         poller = None
         if not (self.readonly or self.replay):
             poller = getattr(self.sampler, "agents", None) or AgentPoller()
-        from gputui.ui.allocator import AllocatorScreen
+        from gputui.ui.screens.allocator import AllocatorScreen
 
         self.push_screen(
             AllocatorScreen(pid, poller, self.snapshot, self.agent_history, on_profile=self.profiles.append)
@@ -810,7 +811,7 @@ class GpuTuiApp(BaseApp):
                 "warning",
             )
             return
-        from gputui.ui.doctor_screen import DoctorScreen
+        from gputui.ui.screens.doctor import DoctorScreen
 
         row = self.table.current
         pid = row.pid if row is not None and row.process is not None else None
@@ -829,7 +830,7 @@ class GpuTuiApp(BaseApp):
 
     def action_events(self) -> None:
         if self.snapshot is not None:
-            from gputui.ui.events import EventsScreen
+            from gputui.ui.screens.events import EventsScreen
 
             # While it is open, the sampler reads the GPU processes' parents: a job's row names its launcher.
             self.sampler.want_relatives = True
@@ -850,7 +851,7 @@ class GpuTuiApp(BaseApp):
         self.say(f"GPU layout: {choice}" + (" (the engine picks for the room)" if choice == "auto" else ""))
 
     def action_columns(self) -> None:
-        from gputui.ui.columns import ColumnsScreen
+        from gputui.ui.screens.columns import ColumnsScreen
 
         self.push_screen(ColumnsScreen(self.table.hidden), self._set_hidden_columns)
 
@@ -1004,7 +1005,7 @@ class GpuTuiApp(BaseApp):
         self._kill_rows([r for r in table.rows if r.key in self.tagged] or current)
 
     def _kill_rows(self, rows: list[TableRow]) -> None:
-        from gputui.ui.kill import KillScreen, plan_rows
+        from gputui.ui.screens.kill import KillScreen, plan_rows
 
         if self.readonly:
             self.say("read-only (--readonly): signals are disabled", "warning")
@@ -1037,7 +1038,7 @@ class GpuTuiApp(BaseApp):
             self.say("nothing to escalate: no process outlived a signal")
             return
         targets, self.escalation = self.escalation, ()
-        from gputui.ui.kill import KillRequest
+        from gputui.ui.screens.kill import KillRequest
 
         self._send(KillRequest(targets, "SIGKILL", False))
 
@@ -1051,7 +1052,7 @@ class GpuTuiApp(BaseApp):
     def _report(self, outcomes: list[signals.Outcome], final: bool) -> None:
         if not outcomes:
             return
-        from gputui.ui.kill_plan import describe_outcomes
+        from gputui.actions.kill_plan import describe_outcomes
 
         if final:
             self.escalation = tuple(o.target for o in outcomes if o.result == "still alive")

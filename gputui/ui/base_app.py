@@ -22,8 +22,8 @@ from textual.binding import Binding, BindingType
 from textual.reactive import var
 
 from gputui.ui import _textual_compat, hangup
-from gputui.ui.palette import Palette
-from gputui.ui.status import StatusLine
+from gputui.ui.widgets.palette import Palette
+from gputui.ui.widgets.status import StatusLine
 
 DEFAULT_THEME = "textual-dark"
 
@@ -118,7 +118,7 @@ class BaseApp(App[int]):
     # -- help and status ---------------------------------------------------------------------------
 
     def action_help(self) -> None:
-        from gputui.ui.screens import HelpScreen
+        from gputui.ui.screens.detail import HelpScreen
 
         self.push_screen(HelpScreen(self.KEYS_HELP))
 

@@ -19,11 +19,11 @@ from textual.worker import get_current_worker
 
 from gputui.export.fleet import SORTS, FleetHost, FleetReader, FleetView, sort_hosts
 from gputui.ui.base_app import BaseApp
-from gputui.ui.canvas import CellCanvas, Line
-from gputui.ui.fleet_host import HostScreen, window_label
-from gputui.ui.fleet_table import FleetTable
-from gputui.ui.key_bar import KeyBar
-from gputui.ui.palette import Palette
+from gputui.ui.screens.fleet_host import HostScreen, window_label
+from gputui.ui.widgets.canvas import CellCanvas, Line
+from gputui.ui.widgets.fleet_table import FleetTable
+from gputui.ui.widgets.key_bar import KeyBar
+from gputui.ui.widgets.palette import Palette
 
 
 @runtime_checkable

@@ -50,7 +50,7 @@ def module_agent() -> Iterator[None]:
 
 def request(path: Path, message: dict, timeout: float = 5.0) -> dict:
     """A plain client for the tests: one request, one reply, no checks (the monitor's own client,
-    gputui.collect.agents, verifies whom it talks to)."""
+    gputui.collect.agents.client, verifies whom it talks to)."""
     with connect(path, timeout) as sock:
         sock.sendall(protocol.encode(message))
         return next(lines(sock))

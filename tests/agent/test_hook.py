@@ -17,7 +17,7 @@ import pytest
 
 import gputui
 from gputui.agent import hook, protocol
-from gputui.collect import agents
+from gputui.collect.agents import client as agents
 from tests.users import NOBODY, become
 
 GPUTUI_SITE = str(Path(gputui.__file__).resolve().parent.parent)

@@ -22,7 +22,7 @@ import pytest
 from gputui.agent import memory_ring, protocol
 from gputui.agent.memory_ring import KEEP_S, MAX_DEVICES, MAX_POINTS, POINT_S, MemoryRing
 from gputui.agent.server import Agent
-from gputui.collect.agent_reply import (
+from gputui.collect.agents.reply import (
     MAX_HISTORY_DEVICES,
     MAX_HISTORY_POINTS,
     BadReply,

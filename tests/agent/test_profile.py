@@ -15,9 +15,9 @@ import pytest
 
 from gputui.agent import profile, protocol
 from gputui.agent.server import Agent
-from gputui.collect import agents
-from gputui.collect.agent_reply import BadReply
-from gputui.collect.profile_reply import ProfileStatus, parse_status
+from gputui.collect.agents import client as agents
+from gputui.collect.agents.profile_reply import ProfileStatus, parse_status
+from gputui.collect.agents.reply import BadReply
 from tests.agent.test_run import STARTUP_S, gputui_run, procs  # noqa: F401 (a fixture)
 
 # -- the arithmetic -------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from typing import Any
 
 import jsonschema
 
-from gputui.collect import agent_reply
-from gputui.jsonout import schema
+from gputui.collect.agents import reply as agent_reply
+from gputui.output.jsonout import schema
 
 FIXTURE = json.loads((Path(__file__).parent.parent / "fixtures" / "agent_stats_cuda.json").read_text())
 PID = FIXTURE["pid"]

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from gputui.agent import protocol, server
-from gputui.collect import agents
-from gputui.collect.demo import DemoSource
+from gputui.collect.agents import client as agents
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.demo import DemoSource
 
 STARTUP_S = 45.0  # importing torch on a loaded CI machine
 

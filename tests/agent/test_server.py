@@ -19,7 +19,7 @@ import pytest
 
 from gputui.agent import protocol, server
 from gputui.agent.server import Agent
-from gputui.collect import agents
+from gputui.collect.agents import client as agents
 from tests.agent.conftest import connect, exchange, lines, read_all, request, stop_agent
 from tests.users import NOBODY, become
 

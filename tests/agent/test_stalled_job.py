@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from gputui.collect import agents, hung
+from gputui.analyze import hung
+from gputui.collect.agents import client as agents
 from gputui.model import GpuSample
 from tests.agent.test_run import STARTUP_S, gputui_run, procs  # noqa: F401 - the fixture
 

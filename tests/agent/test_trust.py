@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from gputui.agent import protocol, server
-from gputui.collect import agents
-from gputui.collect.agents import AgentPoller
+from gputui.collect.agents import client as agents
+from gputui.collect.agents.client import AgentPoller
 from tests.agent.impostors import NOBODY, Impostor, shared_base, users_dir
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="needs root to become another uid")

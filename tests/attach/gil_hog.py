@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from gputui.attach.debugger import JANITOR, TAKEN
+from gputui.actions.attach.debugger import JANITOR, TAKEN
 
 HERE = Path(__file__)
 
@@ -160,7 +160,7 @@ def debuggers_of(pid: int) -> list[psutil.Process]:
 
 
 def copies_for(pid: int) -> list[Path]:
-    """The agent's copies whose janitors (gputui.attach.debugger.JANITOR) work for `pid`: each janitor
+    """The agent's copies whose janitors (gputui.actions.attach.debugger.JANITOR) work for `pid`: each janitor
     keeps its copy until the job has run the bootstrap, has ended, or an hour has passed."""
     out = []
     for proc in psutil.process_iter(["cmdline"]):

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.attach import Outcome, debugger, run
-from gputui.collect.agents import AgentPoller
+from gputui.actions.attach import Outcome, debugger, run
+from gputui.collect.agents.client import AgentPoller
 from tests.attach.gil_hog import Hog, copies_for, debuggers_of, wait_queued, wait_until
 from tests.ui.pty_run import PtyRun
 
@@ -235,7 +235,7 @@ def test_gputui_attach_interrupted_while_the_agent_is_awaited(hog: Hog, how: str
 def test_lldb_is_never_interrupted(tmp_path: Path) -> None:
     """lldb has no conditional in a batch: stopping it could unwind the queueing, so it is left to finish
     (its malloc has a timeout of its own)."""
-    from gputui.attach.preflight import Plan
+    from gputui.actions.attach.preflight import Plan
 
     (tmp_path / debugger.GO).touch()
     sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)

@@ -19,9 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gputui.attach import Plan, Refusal, attach, check, debugger
-from gputui.attach.run import bootstrap, gdb_script, payload, run_gdb
-from gputui.collect.agents import AgentPoller
+from gputui.actions.attach import Plan, Refusal, attach, check, debugger
+from gputui.actions.attach.run import bootstrap, gdb_script, payload, run_gdb
+from gputui.collect.agents.client import AgentPoller
 from tests.users import NOBODY, become
 
 pytest.importorskip("torch")
@@ -123,7 +123,7 @@ def test_lldb_when_there_is_no_gdb(trainer: Trainer, monkeypatch: pytest.MonkeyP
     """Where gdb is missing and lldb is there, lldb does the same steps; the loop keeps stepping."""
     which = shutil.which
     monkeypatch.setattr(
-        "gputui.attach.preflight.shutil.which",
+        "gputui.actions.attach.preflight.shutil.which",
         lambda name, path=None: None if name in ("gdb", "cuda-gdb") else which(name, path=path),
     )
     plan = check(trainer.pid)
@@ -138,7 +138,7 @@ def test_lldb_when_there_is_no_gdb(trainer: Trainer, monkeypatch: pytest.MonkeyP
 
 
 def test_no_debugger_is_one_line_with_the_fix(trainer: Trainer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gputui.attach.preflight.shutil.which", lambda name, path=None: None)
+    monkeypatch.setattr("gputui.actions.attach.preflight.shutil.which", lambda name, path=None: None)
     refusal = check(trainer.pid)
     assert isinstance(refusal, Refusal) and "apt install gdb" in refusal.reason, refusal
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gputui.attach import Outcome, Plan, attach, check
-from gputui.attach import run as attach_run
-from gputui.collect.agents import AgentPoller
+from gputui.actions.attach import Outcome, Plan, attach, check
+from gputui.actions.attach import run as attach_run
+from gputui.collect.agents.client import AgentPoller
 
 LOOP = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.attach import Plan, Refusal, attach, check, preflight
-from gputui.collect.agents import AgentPoller
+from gputui.actions.attach import Plan, Refusal, attach, check, preflight
+from gputui.collect.agents.client import AgentPoller
 
 GDB = shutil.which("gdb")
 LOOP = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"

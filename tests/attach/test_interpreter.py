@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gputui.attach import Plan, Refusal, attach, check, elf, preflight
-from gputui.attach import run as attach_run
-from gputui.collect.agents import AgentPoller
+from gputui.actions.attach import Plan, Refusal, attach, check, elf, preflight
+from gputui.actions.attach import run as attach_run
+from gputui.collect.agents.client import AgentPoller
 
 PID = 4_000_001  # above any pid_max: no socket, no process of that number
 SLEEP = os.path.realpath(shutil.which("sleep") or "/bin/sleep")

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import gputui
-from gputui.attach import Plan, attach, check
-from gputui.attach.run import BOOT, payload
-from gputui.collect.agents import AgentPoller
+from gputui.actions.attach import Plan, attach, check
+from gputui.actions.attach.run import BOOT, payload
+from gputui.collect.agents.client import AgentPoller
 
 HERE = Path(__file__).resolve().parent
 SOURCE = Path(gputui.__file__).resolve().parent

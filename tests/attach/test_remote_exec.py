@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from gputui.attach import Plan
-from gputui.attach.preflight import _root_only
-from gputui.attach.run import bootstrap, run_remote_exec
+from gputui.actions.attach import Plan
+from gputui.actions.attach.preflight import _root_only
+from gputui.actions.attach.run import bootstrap, run_remote_exec
 
 
 def fake_python(tmp_path: Path, exit_code: int = 0, stderr: str = "") -> Path:

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-import gputui.collect.nvml as nvml_module
+import gputui.collect.sources.nvml as nvml_module
 from bench.gpucheck.step_oracle import FIELDS, gpu_mismatches, process_mismatches
-from gputui.collect.nvml import NvmlSource
-from gputui.collect.nvml_tape import Player, Recorder
-from gputui.collect.source import Reading
+from gputui.collect.sources.base import Reading
+from gputui.collect.sources.nvml import NvmlSource
+from gputui.collect.sources.nvml_tape import Player, Recorder
 from tests.collect.fake_nvml import FakeNvml
 from tests.collect.test_nvml_tape import Clock, h100_node
 

@@ -71,7 +71,7 @@ from typing import Any
 
 import pynvml
 
-import gputui.collect.nvml as nvml_module
+import gputui.collect.sources.nvml as nvml_module
 
 
 class _Any:
@@ -333,7 +333,7 @@ class FakeGpmSample:
 
 
 class _FakeTime:
-    """Stands in for the ``time`` module inside gputui.collect.nvml: monotonic() is the fake clock."""
+    """Stands in for the ``time`` module inside gputui.collect.sources.nvml: monotonic() is the fake clock."""
 
     def __init__(self, fake: FakeNvml) -> None:
         self._fake = fake

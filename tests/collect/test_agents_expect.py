@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gputui.agent import protocol
-from gputui.collect import agents
-from gputui.collect.agents import DIRS_EVERY_S, AgentPoller
+from gputui.collect.agents import client as agents
+from gputui.collect.agents.client import DIRS_EVERY_S, AgentPoller
 
 USER = 4242
 

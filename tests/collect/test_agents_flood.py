@@ -21,8 +21,8 @@ import pytest
 
 from gputui.agent import protocol
 from gputui.agent.server import Agent
-from gputui.collect import agents
-from gputui.collect.agents import DIRS_EVERY_S, AgentPoller
+from gputui.collect.agents import client as agents
+from gputui.collect.agents.client import DIRS_EVERY_S, AgentPoller
 from tests.agent.impostors import Impostor, shared_base, users_dir
 from tests.users import NOBODY
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gputui.collect import alerts as alerts_mod
-from gputui.collect.alerts import FILLING, HUNG, Alerts
-from gputui.collect.forecast import MIB
+from gputui.analyze import alerts as alerts_mod
+from gputui.analyze.alerts import FILLING, HUNG, Alerts
+from gputui.analyze.forecast import MIB
 from gputui.model import ProcessRow, Snapshot
 from tests.collect.test_dips import T0, row, snap
 

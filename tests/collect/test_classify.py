@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from gputui.collect.classify import (
+from gputui.analyze.classify import (
     DEFUNCT,
     NO_PERMISSION,
     NVML_ONLY,

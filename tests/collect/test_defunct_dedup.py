@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from gputui.collect.classify import DEFUNCT
-from gputui.collect.holders import HolderScan
-from gputui.collect.procs import ProcessJoiner
+from gputui.analyze.classify import DEFUNCT
+from gputui.collect.procs.holders import HolderScan
+from gputui.collect.procs.join import ProcessJoiner
 from gputui.model import GpuProcess
 from tests.processes import wait_until
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gputui.collect.demo import DemoSource
 from gputui.collect.sampler import Sampler
-from gputui.collect.source import Reading, SourceUnavailable
+from gputui.collect.sources.base import Reading, SourceUnavailable
+from gputui.collect.sources.demo import DemoSource
 from tests.processes import cmdline as _cmdline
 from tests.processes import describe as _describe
 from tests.processes import gone as _gone
@@ -587,7 +587,7 @@ def test_a_single_gpu_demo_has_no_ghost(cleanup: list[object]) -> None:
     ids=["no gpu", "bad role", "gpu not a number", "unknown flag"],
 )
 def test_a_demo_child_with_bad_arguments_says_so_in_one_line(args: list[str], error: str) -> None:
-    from gputui.collect import demo
+    from gputui.collect.sources import demo
 
     run = subprocess.run(
         [sys.executable, "-IS", str(demo._CHILD), *args],

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gputui.collect.demo import FAULT_AT_S, FAULT_XIDS, FAULTY_GPU, NARROW_GPU, DemoSource
-from gputui.collect.xid import XIDS
+from gputui.analyze.xid import XIDS
+from gputui.collect.sources.demo import FAULT_AT_S, FAULT_XIDS, FAULTY_GPU, NARROW_GPU, DemoSource
 from gputui.model import GpuHealth
 
 PIDS = [4101, 4111, 4121, 4131]

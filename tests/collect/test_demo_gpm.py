@@ -13,10 +13,10 @@ from collections import defaultdict
 
 import pytest
 
-from gputui.collect import dip_causes
-from gputui.collect.demo import GPM_OFF_NOTE, MIG_LAYOUT, STARVED_FOR_S, STARVED_GPU, DemoSource
-from gputui.collect.dips import SM, DipDetector
+from gputui.analyze import dip_causes
+from gputui.analyze.dips import SM, DipDetector
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.demo import GPM_OFF_NOTE, MIG_LAYOUT, STARVED_FOR_S, STARVED_GPU, DemoSource
 from gputui.model import GPM_RATES, GPM_RATIOS, GpmMetrics, GpuSample, ProcessRow, Snapshot
 
 GPUS = 4
@@ -164,7 +164,7 @@ def test_gpm_needs_two_samples_and_keeps_the_older_one_when_asked_too_soon() -> 
     second = src.reading_at(601.0, False, PIDS[:2])
     assert all(g.gpm is not None and g.gpm.interval == 1.0 for g in second.gpus)
     soon = src.reading_at(601.01, False, PIDS[:2])
-    assert all(g.gpm is None for g in soon.gpus)  # 10 ms: too few cycles, as gputui.collect.gpm says
+    assert all(g.gpm is None for g in soon.gpus)  # 10 ms: too few cycles, as gputui.collect.sources.gpm says
     later = src.reading_at(602.0, False, PIDS[:2])
     assert all(g.gpm is not None and g.gpm.interval == 1.0 for g in later.gpus)  # from 601, not 601.01
 
@@ -212,7 +212,7 @@ def test_a_mig_gpu_s_instances_have_their_own() -> None:
 
 
 def test_a_metric_n_a_on_one_instance_leaves_the_whole_gpu_s_n_a() -> None:
-    from gputui.collect.demo import _whole_gpu
+    from gputui.collect.sources.demo import _whole_gpu
 
     src = DemoSource(gpus=1, seed=0, mig=True)
     src.reading_at(600.0, True, PIDS[:1])

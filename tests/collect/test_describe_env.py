@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from gputui import cells
-from gputui.collect.procs import MAX_ENV_VALUE, MAX_ENV_VARS, MAX_ENVIRON, describe, read_environ
+from gputui.collect.procs.join import MAX_ENV_VALUE, MAX_ENV_VARS, MAX_ENVIRON, describe, read_environ
 from gputui.model import ProcessDetail
 from tests.processes import wait_until
 from tests.users import become

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from gputui.collect import dip_causes
-from gputui.collect.dip_causes import ProfileNote, profile_causes
-from gputui.collect.dips import Dip, DipDetector
+from gputui.analyze import dip_causes
+from gputui.analyze.dip_causes import ProfileNote, profile_causes
+from gputui.analyze.dips import Dip, DipDetector
 from gputui.model import AgentReport, HostStats, Snapshot, TrainingProgress, XidEvent
-from gputui.ui.dip_groups import DipGroup
+from gputui.ui.widgets.dip_groups import DipGroup
 from tests.collect.test_dips import T0, agents_with, feed, pid_of, row, snap
 
 BUSY = [snap(k, [95, 95], procs=[row(0), row(1)]) for k in range(30)]

@@ -1,4 +1,4 @@
-"""The dip detector (gputui.collect.dips) on synthetic utilization series and on the demo's own timeline.
+"""The dip detector (gputui.analyze.dips) on synthetic utilization series and on the demo's own timeline.
 
 Every series is a list of Snapshots built from gputui.model classes: one GpuSample per GPU with its
 utilization, and a compute ProcessRow on each GPU that "has a job on it"."""
@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import pytest
 
-from gputui.collect.demo import DemoSource
-from gputui.collect.dips import LONG_DIP_S, MIN_DIP_S, Dip, DipDetector
+from gputui.analyze.dips import LONG_DIP_S, MIN_DIP_S, Dip, DipDetector
+from gputui.collect.sources.demo import DemoSource
 from gputui.model import AgentReport, GpuSample, ProcessRow, Snapshot, TrainingProgress
 
 T0 = 1_795_000_000.0
@@ -412,7 +412,7 @@ def test_summary_counts_an_ongoing_dip() -> None:
 
 
 def demo_phase(demo: DemoSource, gpu: int) -> Callable[[float], str]:
-    """The simulation's phase at `t`, from its own parameters (gputui.collect.demo._Sim.util)."""
+    """The simulation's phase at `t`, from its own parameters (gputui.collect.sources.demo._Sim.util)."""
     sim = demo.sims[gpu]
 
     def phase(t: float) -> str:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from gputui.collect import dip_causes
-from gputui.collect.dip_causes import ProfileNote, profile_causes
-from gputui.collect.dips import MIN_BUSY_SAMPLES, SIGNAL_GRACE, SM, UTIL, Dip, DipDetector
+from gputui.analyze import dip_causes
+from gputui.analyze.dip_causes import ProfileNote, profile_causes
+from gputui.analyze.dips import MIN_BUSY_SAMPLES, SIGNAL_GRACE, SM, UTIL, Dip, DipDetector
 from gputui.model import GpmMetrics, GpuSample, Snapshot
 from tests.collect.test_dips import T0, feed, row
 

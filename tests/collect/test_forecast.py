@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from gputui.collect import forecast as fc
-from gputui.collect.forecast import MIB
+from gputui.analyze import forecast as fc
+from gputui.analyze.forecast import MIB
 
 GIB = 1024 * MIB
 LEAK = 120 * MIB / 60.0  # 120 MiB/min in bytes/s

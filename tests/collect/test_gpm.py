@@ -15,11 +15,11 @@ from typing import Any
 import pynvml
 import pytest
 
-from gputui import jsonout
-from gputui.collect import gpm as gpm_mod
-from gputui.collect.nvml import SETTINGS_EVERY, NvmlSource
-from gputui.collect.source import Reading
+from gputui.collect.sources import gpm as gpm_mod
+from gputui.collect.sources.base import Reading
+from gputui.collect.sources.nvml import SETTINGS_EVERY, NvmlSource
 from gputui.model import GpmMetrics, GpuSample, Snapshot
+from gputui.output import jsonout
 
 try:
     from fake_nvml import FakeMigDevice, FakeNvml

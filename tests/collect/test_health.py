@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gputui.collect.health import ERROR, WARNING, problems
-from gputui.collect.xid import describe
+from gputui.analyze.health import ERROR, WARNING, problems
+from gputui.analyze.xid import describe
 from gputui.model import GpuHealth, GpuSample, XidEvent
 
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.collect import procfs
-from gputui.collect.classify import NVML_ONLY, Facts, classify
-from gputui.collect.procs import ProcessJoiner
+from gputui.analyze.classify import NVML_ONLY, Facts, classify
+from gputui.collect.procs.join import ProcessJoiner, procfs
 from gputui.model import GpuProcess
 from tests.users import NOBODY, become
 

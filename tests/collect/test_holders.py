@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 import gputui
-from gputui.collect.holders import HolderScanner, device_paths, minor_of
+from gputui.collect.procs.holders import HolderScanner, device_paths, minor_of
 
 REPO = Path(gputui.__file__).resolve().parents[1]
 DEVICE_NAMES = ("nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm")
@@ -78,7 +78,7 @@ for line in sys.stdin:
 SCAN_AS_NOBODY = r"""
 import json, os, sys
 from pathlib import Path
-from gputui.collect.holders import HolderScanner
+from gputui.collect.procs.holders import HolderScanner
 scanner = HolderScanner(Path(sys.argv[1]))
 os.setgroups([])
 os.setgid(65534)

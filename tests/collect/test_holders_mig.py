@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.collect.holders import HolderScanner, MigCap, cap_minor, device_paths, read_mig_minors
+from gputui.collect.procs.holders import HolderScanner, MigCap, cap_minor, device_paths, read_mig_minors
 from tests.collect.test_holders import Clock, Spawner
 
 # As the driver writes it (the NVIDIA MIG user guide's example), and what a GPU with two instances adds.

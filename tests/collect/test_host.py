@@ -11,10 +11,10 @@ import time
 import psutil
 import pytest
 
-from gputui import jsonout, schema_check
 from gputui.collect.host import HostSampler
 from gputui.collect.sampler import Sampler
 from gputui.model import HostStats, Snapshot
+from gputui.output import jsonout, schema_check
 from tests.collect.test_sampler import RecordingSource
 
 

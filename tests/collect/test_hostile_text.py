@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.collect.procs import MAX_COMMAND, ProcessJoiner, describe
+from gputui.collect.procs.join import MAX_COMMAND, ProcessJoiner, describe
 from gputui.model import GpuProcess
 
 HOSTILE = b"\x1b]0;pwned\x07\x1b]52;c;cHduZWQ=\x07\x1b[2J\xff\xfe\x9b"

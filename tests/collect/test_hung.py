@@ -3,7 +3,7 @@ write are not."""
 
 from __future__ import annotations
 
-from gputui.collect import hung
+from gputui.analyze import hung
 from gputui.model import AGENT_OK, AGENT_SLOW, AgentReport, GpuSample, TrainingProgress
 
 

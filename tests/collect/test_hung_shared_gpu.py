@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gputui.collect import classify, hung
+from gputui.analyze import classify, hung
 from gputui.collect.sampler import Sampler
-from gputui.collect.source import Reading, SourceInfo
+from gputui.collect.sources.base import Reading, SourceInfo
 from gputui.model import GpuSample, ProcessRow
 
 GIB = 1 << 30

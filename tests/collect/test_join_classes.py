@@ -23,11 +23,11 @@ import psutil
 import pytest
 
 import gputui
-from gputui.collect.classify import SUBREAPERS
-from gputui.collect.demo import DemoSource
+from gputui.analyze.classify import SUBREAPERS
 from gputui.collect.sampler import Sampler
-from gputui.jsonout import schema, snapshot_from_dict
+from gputui.collect.sources.demo import DemoSource
 from gputui.model import ProcessRow, Snapshot
+from gputui.output.jsonout import schema, snapshot_from_dict
 
 REPO = Path(gputui.__file__).resolve().parents[1]
 GPUS = 3

@@ -11,9 +11,9 @@ from typing import Any
 import pynvml
 import pytest
 
-import gputui.collect.nvml as nvml
-from gputui.collect.nvml import SETTINGS_EVERY, NvmlSource
-from gputui.collect.source import Reading, SourceUnavailable
+import gputui.collect.sources.nvml as nvml
+from gputui.collect.sources.base import Reading, SourceUnavailable
+from gputui.collect.sources.nvml import SETTINGS_EVERY, NvmlSource
 from gputui.model import GpuProcess, GpuSample
 
 try:

@@ -12,7 +12,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from gputui.collect.nvml import SETTINGS_EVERY, NvmlSource
+from gputui.collect.sources.nvml import SETTINGS_EVERY, NvmlSource
 from gputui.model import GpuHealth
 from tests.collect.fake_nvml import ALL_LINKS, FakeNvml
 from tests.collect.test_nvml import calls, expected_sample, tick

@@ -8,8 +8,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from gputui.collect.nvml import NvmlSource
-from gputui.collect.source import Reading
+from gputui.collect.sources.base import Reading
+from gputui.collect.sources.nvml import NvmlSource
 
 try:
     from fake_nvml import FakeNvml

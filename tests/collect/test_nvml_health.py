@@ -11,7 +11,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from gputui.collect.nvml import SETTINGS_EVERY, NvmlSource
+from gputui.collect.sources.nvml import SETTINGS_EVERY, NvmlSource
 from gputui.model import GpuHealth
 from tests.collect.fake_nvml import FakeGpu, FakeNvml
 

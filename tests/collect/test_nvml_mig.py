@@ -8,8 +8,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from gputui.collect.nvml import SETTINGS_EVERY, NvmlSource, mig_profile
-from gputui.collect.source import Reading
+from gputui.collect.sources.base import Reading
+from gputui.collect.sources.nvml import SETTINGS_EVERY, NvmlSource, mig_profile
 from gputui.model import MigInstance
 
 try:

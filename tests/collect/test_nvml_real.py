@@ -6,7 +6,7 @@ import pynvml
 import pytest
 
 from bench.gpucheck.__main__ import why_no_nvml as _why_no_gpu
-from gputui.collect.nvml import NvmlSource
+from gputui.collect.sources.nvml import NvmlSource
 
 
 @pytest.mark.gpu

@@ -1,5 +1,5 @@
-"""The NVML tape (gputui/collect/nvml_tape.py): NvmlSource recorded against the fake NVML, then played back
-with the fake gone; what NvmlSource reads from the tape must be what it read from the "driver".
+"""The NVML tape (gputui/collect/sources/nvml_tape.py): NvmlSource recorded against the fake NVML, then
+played back with the fake gone; what NvmlSource reads from the tape must be what it read from the "driver".
 
 Regenerate tests/fixtures/nvml_tape_fake.json with ``python -m tests.collect.test_nvml_tape``.
 """
@@ -19,12 +19,12 @@ from typing import Any
 import pynvml
 import pytest
 
-import gputui.collect.nvml as nvml_module
-from gputui.collect import nvml_tape
-from gputui.collect.nvml import NvmlSource
-from gputui.collect.nvml_tape import PID_BASE, Player, Recorder, write_tape
+import gputui.collect.sources.nvml as nvml_module
 from gputui.collect.sampler import Sampler
-from gputui.collect.source import Reading
+from gputui.collect.sources import nvml_tape
+from gputui.collect.sources.base import Reading
+from gputui.collect.sources.nvml import NvmlSource
+from gputui.collect.sources.nvml_tape import PID_BASE, Player, Recorder, write_tape
 from tests.collect.fake_nvml import FakeNvml, FakeProcess, proc_symbol
 from tests.collect.test_nvml_mig import three_instances
 
@@ -114,8 +114,8 @@ def record(
 
 
 class Clock:
-    """Stands in for the `time` module inside gputui.collect.nvml, stepped as the fake's clock was: PCIe
-    rates are byte counts (from the tape) over monotonic time (not NVML's)."""
+    """Stands in for the `time` module inside gputui.collect.sources.nvml, stepped as the fake's clock
+    was: PCIe rates are byte counts (from the tape) over monotonic time (not NVML's)."""
 
     def __init__(self) -> None:
         self.now = 1000.0

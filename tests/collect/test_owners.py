@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.collect import owners as owners_mod
-from gputui.collect.owners import (
+from gputui.collect.procs import owners as owners_mod
+from gputui.collect.procs.owners import (
     ContainerNames,
     Owners,
     ask_container_name,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.collect import owners as owners_mod
-from gputui.collect.owners import ContainerNames, ask_container_name
+from gputui.collect.procs import owners as owners_mod
+from gputui.collect.procs.owners import ContainerNames, ask_container_name
 from tests.collect.test_owners import Clock, _until
 
 DEEP = "d" * 64

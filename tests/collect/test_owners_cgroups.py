@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gputui.collect.demo import DemoSource
-from gputui.collect.owners import Owners
+from gputui.collect.procs.owners import Owners
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.demo import DemoSource
 from gputui.model import Owner
 
 CID = "0123456789abcdef" * 4

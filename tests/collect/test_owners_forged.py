@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.collect import owners as owners_mod
-from gputui.collect.owners import ContainerNames, Owners, parse_cgroup
+from gputui.collect.procs import owners as owners_mod
+from gputui.collect.procs.owners import ContainerNames, Owners, parse_cgroup
 from gputui.collect.sampler import Sampler
 from gputui.model import Owner
 from tests.collect.test_owners import CID, REASON, UID, UID_, Clock, FakeProc, _procs, _row, v1, v2

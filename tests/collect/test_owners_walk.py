@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gputui.collect import owners as owners_mod
-from gputui.collect.owners import ContainerNames, Owners
+from gputui.collect.procs import owners as owners_mod
+from gputui.collect.procs.owners import ContainerNames, Owners
 from gputui.collect.sampler import Sampler
 from gputui.model import ProcessRow
 from tests.collect.test_owners import REASON, Clock, FakeProc, _procs, _row, v2

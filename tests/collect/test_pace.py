@@ -11,7 +11,7 @@ import pytest
 
 from gputui.collect.pace import Pacer
 from gputui.model import Snapshot
-from gputui.record import Recorder, late_note, read_recording, record_paced
+from gputui.output.record import Recorder, late_note, read_recording, record_paced
 
 
 class Clock:

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-import gputui.collect.procs as procs_module
-from gputui.collect.procs import ProcessJoiner
+import gputui.collect.procs.join as procs_module
+from gputui.collect.procs.join import ProcessJoiner
 from gputui.model import GpuProcess, ProcessRow
 
 SLEEPER = "import time; time.sleep(120)"

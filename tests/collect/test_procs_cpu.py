@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-import gputui.collect.procs as procs_module
-from gputui.collect.holders import Holder, HolderScan
-from gputui.collect.procs import _CLOCK_TICKS, ProcessJoiner
+import gputui.collect.procs.join as procs_module
+from gputui.collect.procs.holders import Holder, HolderScan
+from gputui.collect.procs.join import _CLOCK_TICKS, ProcessJoiner
 from gputui.model import GpuProcess
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gputui.collect.demo import DemoSource
-from gputui.collect.history import History
+from gputui.analyze.history import History
 from gputui.collect.sampler import Sampler
-from gputui.collect.source import Reading, SourceInfo
+from gputui.collect.sources.base import Reading, SourceInfo
+from gputui.collect.sources.demo import DemoSource
 from gputui.model import GpuProcess, GpuSample
 
 GIB = 1 << 30

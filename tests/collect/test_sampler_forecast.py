@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gputui.collect import classify, demo
-from gputui.collect.demo import DemoSource
+from gputui.analyze import classify
 from gputui.collect.sampler import Sampler
-from gputui.collect.source import Reading, SourceInfo
+from gputui.collect.sources import demo
+from gputui.collect.sources.base import Reading, SourceInfo
+from gputui.collect.sources.demo import DemoSource
 from gputui.model import GpuProcess, GpuSample, ProcessRow
 
 GIB = 1 << 30

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from gputui.collect.demo import DemoSource
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.demo import DemoSource
 
 
 def test_the_demos_xids_reach_a_snapshot_once() -> None:

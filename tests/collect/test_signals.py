@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 import gputui
-from gputui.collect import signals
-from gputui.collect.signals import Outcome, Target
+from gputui.actions import signals
+from gputui.actions.signals import Outcome, Target
 
 REPO = Path(gputui.__file__).resolve().parents[1]
 REAL_KILL = os.kill

@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gputui.collect.classify import ORPHAN, SUBREAPERS, UNSEEN
-from gputui.collect.holders import HolderScanner
-from gputui.collect.procs import HostInfo, ProcessJoiner, adoption
+from gputui.analyze.classify import ORPHAN, SUBREAPERS, UNSEEN
+from gputui.collect.procs.holders import HolderScanner
+from gputui.collect.procs.join import HostInfo, ProcessJoiner, adoption
 from gputui.model import ProcessRow
 from tests.processes import describe
 

@@ -11,8 +11,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from gputui.collect.nvml import NvmlSource
-from gputui.collect.xid_events import XidWatcher
+from gputui.collect.sources.nvml import NvmlSource
+from gputui.collect.sources.xid_events import XidWatcher
 from gputui.model import XidEvent
 from tests.collect.fake_nvml import FakeHandle, FakeNvml
 

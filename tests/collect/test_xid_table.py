@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputui.collect.xid import ACTIONS, SEVERITIES, XIDS, describe, xid_name
+from gputui.analyze.xid import ACTIONS, SEVERITIES, XIDS, describe, xid_name
 
 COMMON = (13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
 

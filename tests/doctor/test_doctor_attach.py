@@ -1,6 +1,7 @@
 """`gputui doctor --pid`: whether gputui could attach its agent to the process, said but never done. The
-verdicts from made-up plans and refusals (gputui.attach.check replaced); then real children: a Python loop
-(it can), a stopped one (it cannot), one whose agent answers (nothing new is said), and the command line."""
+verdicts from made-up plans and refusals (gputui.actions.attach.check replaced); then real children: a
+Python loop (it can), a stopped one (it cannot), one whose agent answers (nothing new is said), and the
+command line."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui import attach as attaching
-from gputui.attach import Plan, Refusal
+from gputui.actions import attach as attaching
+from gputui.actions.attach import Plan, Refusal
 from gputui.doctor import process
 from gputui.doctor.facts import SystemFacts
 from gputui.doctor.report import OK, WARNING, Check

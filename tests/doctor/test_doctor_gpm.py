@@ -12,9 +12,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from gputui.collect import dip_causes
-from gputui.collect import gpm as gpm_mod
-from gputui.collect.dip_causes import gpm_findings
+from gputui.analyze import dip_causes
+from gputui.analyze.dip_causes import gpm_findings
+from gputui.collect.sources import gpm as gpm_mod
 from gputui.doctor import checks_gpm, facts, report, run, torch_probe
 from gputui.doctor.facts import GpuFact, SystemFacts
 from gputui.doctor.report import OK, WARNING

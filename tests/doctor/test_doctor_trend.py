@@ -18,14 +18,15 @@ import pytest
 
 from gputui.agent.memory_ring import POINT_S, MemoryRing
 from gputui.agent.server import Agent
-from gputui.collect import agent_reply, hung
-from gputui.collect.agents import AgentPoller
+from gputui.analyze import hung
+from gputui.collect.agents import reply as agent_reply
+from gputui.collect.agents.client import AgentPoller
 from gputui.doctor import process
 from gputui.doctor.facts import GpuFact, SystemFacts
 from gputui.doctor.process import ProcessFacts
 from gputui.doctor.report import OK, PROBLEM, WARNING, Check
 from gputui.model import GpuProcess, GpuSample, ProcessRow, Snapshot
-from gputui.ui.doctor_screen import view_of, watched_rows
+from gputui.ui.screens.doctor import view_of, watched_rows
 from tests.agent.conftest import stop_agent
 
 MIB = 1 << 20

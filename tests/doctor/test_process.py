@@ -21,8 +21,8 @@ from typing import Any
 import psutil
 import pytest
 
-from gputui.collect import classify
-from gputui.collect.agent_reply import parse
+from gputui.analyze import classify
+from gputui.collect.agents.reply import parse
 from gputui.doctor import process
 from gputui.doctor.facts import GpuFact, SystemFacts
 from gputui.doctor.process import NoSuchProcess, ProcessFacts

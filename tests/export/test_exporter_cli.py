@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gputui import __version__
-from gputui.collect.classify import SUSPICIOUS
+from gputui.analyze.classify import SUSPICIOUS
 from gputui.export.metrics import DCGM_COUNTERS
 from tests.export.servers import Exporter
 from tests.processes import describe, gone, wait_until

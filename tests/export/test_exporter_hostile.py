@@ -25,9 +25,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from gputui.collect.demo import DemoSource
 from gputui.collect.sampler import Sampler
-from gputui.collect.source import Reading
+from gputui.collect.sources.base import Reading
+from gputui.collect.sources.demo import DemoSource
 from gputui.export import exporter as ex
 from gputui.model import GpuProcess
 from tests.export.servers import Exporter as ExporterProcess

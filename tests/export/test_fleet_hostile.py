@@ -474,7 +474,7 @@ async def test_quitting_cuts_the_request_in_flight(fake: FakePrometheus) -> None
 
 async def test_extreme_values_and_hostile_labels_are_drawn_without_a_crash() -> None:
     from gputui.ui.fleet_app import FleetApp
-    from gputui.ui.fleet_host import HostScreen
+    from gputui.ui.screens.fleet_host import HostScreen
     from tests.ui.drawn import lines
 
     evil = "\x1b]0;pwned\x07\x1b[2J\x9b31m"

@@ -13,7 +13,7 @@ from textual.pilot import Pilot
 from gputui.export.fleet import FleetReader, sort_hosts
 from gputui.export.promql import Prometheus
 from gputui.ui.fleet_app import FleetApp
-from gputui.ui.fleet_host import HostScreen
+from gputui.ui.screens.fleet_host import HostScreen
 from tests.export.fake_prometheus import MODEL, FakePrometheus
 from tests.ui.drawn import lines
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gputui.collect import dip_causes
+from gputui.analyze import dip_causes
 from tests.export.servers import NO_PROMETHEUS, PROMETHEUS, Exporter, PrometheusServer
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS)

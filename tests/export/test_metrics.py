@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from gputui import __version__
-from gputui.collect.agent_reply import parse as agent_reply_parse
-from gputui.collect.classify import SUSPICIOUS
-from gputui.collect.dips import Dip
+from gputui.analyze.classify import SUSPICIOUS
+from gputui.analyze.dips import Dip
+from gputui.collect.agents.reply import parse as agent_reply_parse
 from gputui.export.exporter import Exporter
 from gputui.export.metrics import (
     DCGM_COUNTERS,

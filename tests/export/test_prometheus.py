@@ -15,7 +15,7 @@ from gputui.export.fleet import FleetReader
 from gputui.export.metrics import DCGM_FIELDS, GPU_LABELS, ZOMBIE_CLASSES
 from gputui.export.promql import Prometheus
 from gputui.ui.fleet_app import FleetApp
-from gputui.ui.fleet_host import HostScreen
+from gputui.ui.screens.fleet_host import HostScreen
 from tests.export.servers import NO_PROMETHEUS, PROMETHEUS, Exporter, PrometheusServer
 from tests.ui.drawn import lines
 

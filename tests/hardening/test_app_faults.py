@@ -27,16 +27,16 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Static
 
-import gputui.collect.procs as procs_module
-from gputui.collect.agents import AgentPoller
-from gputui.collect.nvml import NvmlSource
-from gputui.collect.replay import ReplaySampler
+import gputui.collect.procs.join as procs_module
+from gputui.collect.agents.client import AgentPoller
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.nvml import NvmlSource
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import GpuSample, HostProcess, ProcessRow, Snapshot
 from gputui.ui.app import SORT_CYCLE, GpuTuiApp, SnapshotReady
-from gputui.ui.layout import MIN_TABLE_ROWS
-from gputui.ui.screens import DetailScreen
-from gputui.ui.spark import DIP_GLYPH
+from gputui.ui.screens.detail import DetailScreen
+from gputui.ui.widgets.layout import MIN_TABLE_ROWS
+from gputui.ui.widgets.spark import DIP_GLYPH
 from gputui.units import NA
 from tests.collect.fake_nvml import FakeNvml, FakeProcess
 from tests.ui import world
@@ -525,7 +525,7 @@ class DeniedProcess:
 
 
 class DeniedOs:
-    """The os module as gputui.collect.procs sees it, with every listing under /proc refused."""
+    """The os module as gputui.collect.procs.join sees it, with every listing under /proc refused."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)

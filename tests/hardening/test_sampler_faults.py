@@ -32,18 +32,18 @@ import pynvml
 import pytest
 from jsonschema import Draft202012Validator
 
-import gputui.collect.procs as procs_module
-from gputui.collect.agents import AgentPoller
-from gputui.collect.classify import NO_PERMISSION, NVML_ONLY, OK, UNSEEN, WORKER
-from gputui.collect.dips import DipDetector
-from gputui.collect.history import History
-from gputui.collect.holders import HolderScanner
-from gputui.collect.nvml import NvmlSource
-from gputui.collect.procs import MAX_COMMAND, describe
+import gputui.collect.procs.join as procs_module
+from gputui.analyze.classify import NO_PERMISSION, NVML_ONLY, OK, UNSEEN, WORKER
+from gputui.analyze.dips import DipDetector
+from gputui.analyze.history import History
+from gputui.collect.agents.client import AgentPoller
+from gputui.collect.procs.holders import HolderScanner
+from gputui.collect.procs.join import MAX_COMMAND, describe
 from gputui.collect.sampler import Sampler
-from gputui.jsonout import dumps, schema, snapshot_from_dict
+from gputui.collect.sources.nvml import NvmlSource
 from gputui.model import GpuSample, ProcessRow, Snapshot
-from gputui.oneshot import render
+from gputui.output.jsonout import dumps, schema, snapshot_from_dict
+from gputui.output.oneshot import render
 from gputui.units import printable
 from tests.collect.fake_nvml import FakeGpu, FakeNvml, FakeProcess
 from tests.processes import wait_until
@@ -870,7 +870,7 @@ def _deny_every_proc_read(m: pytest.MonkeyPatch) -> None:
         return real_os_open(path, *args, **kwargs)
 
     m.setattr(builtins, "open", no_open)
-    m.setattr(os, "open", no_os_open)  # gputui.collect.procfs reads /proc/PID/stat with os.open
+    m.setattr(os, "open", no_os_open)  # gputui.collect.procs.procfs reads /proc/PID/stat with os.open
 
 
 def test_every_proc_read_denied_still_ticks(
@@ -1201,7 +1201,7 @@ def test_the_wall_clock_jumping_back_an_hour(world: World) -> None:
 
     # The sparklines' buckets (built from this history) start again from the new time after the jump:
     # the newest bucket is the last sample's, and nothing from before the jump is left in them.
-    from gputui.ui.spark import BucketSeries
+    from gputui.ui.widgets.spark import BucketSeries
 
     series = BucketSeries(5.0, 100)
     series.extend(zip(h.times, h.util, strict=True))

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 
 from gputui import cli
-from gputui.collect.agents import AgentPoller
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.agents.client import AgentPoller
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import Snapshot
 from gputui.ui.app import GpuTuiApp
 from tests.ui import world

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.widget import Widget
 
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.process_table import ProcessTable
+from gputui.ui.widgets.process_table import ProcessTable
 
 
 def lines(widget: Widget) -> list[str]:

@@ -17,8 +17,8 @@ from typing import Any
 
 from textual.app import App
 
-from gputui.collect import demo
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.sources import demo
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import GPM_RATIOS, GpmMetrics, GpuSample, HostProcess, ProcessRow, Snapshot
 from gputui.ui.app import GpuTuiApp
 from tests.ui import world

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from gputui import cli, commands
 from gputui.collect import sampler
-from gputui.collect.demo import DemoSource
+from gputui.collect.sources.demo import DemoSource
 from gputui.model import Snapshot
-from gputui.ui.gpu_panes import GpuPanes
+from gputui.ui.widgets.gpu_panes import GpuPanes
 
 GOOD_CALLS = 2
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import psutil
 
-from gputui.collect.procs import ProcessJoiner
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.procs.join import ProcessJoiner
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import AgentReport, HostProcess, Snapshot
-from gputui.ui.allocator import AllocatorScreen
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.process_rows import AGENT_ONLY, NO_GPU, View, build_rows
+from gputui.ui.screens.allocator import AllocatorScreen
+from gputui.ui.widgets.process_rows import AGENT_ONLY, NO_GPU, View, build_rows
 from tests.ui import world
 from tests.ui.conftest import first_frame, move_to
 from tests.ui.drawn import lines
@@ -91,8 +91,8 @@ def test_the_sampler_describes_a_cpu_only_agent_so_its_row_has_a_command() -> No
     import subprocess
     import sys
 
-    from gputui.collect.demo import DemoSource
     from gputui.collect.sampler import Sampler
+    from gputui.collect.sources.demo import DemoSource
 
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "cpu_only_job"])
     try:

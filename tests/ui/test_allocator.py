@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from gputui.collect.agent_reply import parse
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.agents.reply import parse
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import Snapshot
-from gputui.ui.allocator import AllocatorScreen, segment_map
 from gputui.ui.app import GpuTuiApp, SnapshotReady
-from gputui.ui.process_table import ProcessTable
-from gputui.ui.screens import DetailScreen
-from gputui.ui.status import StatusLine
+from gputui.ui.screens.allocator import AllocatorScreen, segment_map
+from gputui.ui.screens.detail import DetailScreen
+from gputui.ui.widgets.process_table import ProcessTable
+from gputui.ui.widgets.status import StatusLine
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.world import trainer_pid
 
@@ -98,10 +98,10 @@ async def test_badge_and_a_opens_the_panel() -> None:
 async def test_enter_on_an_agent_row_is_its_detail_a_its_panel_and_a_elsewhere_explains(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from gputui.attach import Refusal
+    from gputui.actions.attach import Refusal
 
     # The world's pids are made up: whatever runs under them on this machine is not asked about.
-    monkeypatch.setattr("gputui.attach.check", lambda pid: Refusal(pid, f"no process with pid {pid}"))
+    monkeypatch.setattr("gputui.actions.attach.check", lambda pid: Refusal(pid, f"no process with pid {pid}"))
     app, _ = _app()
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
@@ -192,7 +192,7 @@ def test_segment_map() -> None:
 
 def test_agent_history_skips_malformed_replies() -> None:
     """An agent's reply comes from another process: a malformed one is unreadable, and adds no point."""
-    from gputui.collect.agents import AgentHistory
+    from gputui.collect.agents.client import AgentHistory
 
     base = make_app(gpus=1).sampler.snapshots[-1]  # type: ignore[attr-defined]
     raw: dict[int, Any] = {

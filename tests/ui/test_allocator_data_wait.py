@@ -7,10 +7,10 @@ import re
 
 from rich.console import Console
 
-from gputui.collect.agents import AgentHistory
-from gputui.collect.profile_reply import parse_status
+from gputui.collect.agents.client import AgentHistory
+from gputui.collect.agents.profile_reply import parse_status
 from gputui.model import Snapshot, TrainingProgress
-from gputui.ui.allocator import AllocatorScreen
+from gputui.ui.screens.allocator import AllocatorScreen
 from tests.ui.test_allocator import PID, REPLY
 from tests.ui.test_allocator_profile import DONE
 

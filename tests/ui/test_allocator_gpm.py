@@ -11,12 +11,12 @@ import threading
 
 from rich.console import Console
 
-from gputui.collect.agents import AgentHistory
-from gputui.collect.dip_causes import ProfileNote
-from gputui.collect.profile_reply import ProfileStatus, parse_status
+from gputui.analyze.dip_causes import ProfileNote
+from gputui.collect.agents.client import AgentHistory
+from gputui.collect.agents.profile_reply import ProfileStatus, parse_status
 from gputui.model import GpmMetrics, GpuSample, MigInstance, ProcessRow, Snapshot
-from gputui.ui.allocator import AllocatorScreen
 from gputui.ui.app import SnapshotReady
+from gputui.ui.screens.allocator import AllocatorScreen
 from tests.ui.conftest import first_frame
 from tests.ui.test_allocator import PID, REPLY
 from tests.ui.test_allocator_profile import DONE, ProfilingPoller, _app, _until, fast_polls  # noqa: F401

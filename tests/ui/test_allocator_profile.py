@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from gputui.collect.profile_reply import ProfileStatus, parse_status
-from gputui.collect.replay import ReplaySampler
-from gputui.ui import allocator
-from gputui.ui.allocator import AllocatorScreen, fmt_us
+from gputui.collect.agents.profile_reply import ProfileStatus, parse_status
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.screens import allocator
+from gputui.ui.screens.allocator import AllocatorScreen, fmt_us
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.test_allocator import PID, REPLY, _text
 

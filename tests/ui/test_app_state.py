@@ -12,11 +12,11 @@ from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widget import Widget
 
-from gputui.collect.replay import ReplaySampler
-from gputui.ui import status as status_module
-from gputui.ui.allocator import AllocatorScreen
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.ui.app import INTERVALS, GpuTuiApp, SnapshotReady, next_interval
-from gputui.ui.screens import DetailScreen, HelpScreen
+from gputui.ui.screens.allocator import AllocatorScreen
+from gputui.ui.screens.detail import DetailScreen, HelpScreen
+from gputui.ui.widgets import status as status_module
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.drawn import lines, shown_pids
@@ -158,7 +158,7 @@ async def test_f5_toggles_the_tree_and_f6_sorts() -> None:
 
 
 async def test_f9_opens_the_kill_dialog() -> None:
-    from gputui.ui.kill import KillScreen
+    from gputui.ui.screens.kill import KillScreen
 
     app = make_app(interval=30.0)
     async with app.run_test(size=SIZE) as pilot:

@@ -1,6 +1,6 @@
 """`a` on a row without the ◆ badge: attach gputui's agent, after a confirmation, then open the panel.
 
-gputui.attach is played by fakes here (the fixed world's pids are made up); the last test attaches to
+gputui.actions.attach is played by fakes here (the fixed world's pids are made up); the last test attaches to
 a real Python process with the real gdb.
 """
 
@@ -24,19 +24,19 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Static
 
-import gputui.attach
+import gputui.actions.attach
+from gputui.actions.attach import Outcome, Plan, Refusal
+from gputui.actions.attach import run as attach_run
 from gputui.agent import protocol
-from gputui.attach import Outcome, Plan, Refusal
-from gputui.attach import run as attach_run
-from gputui.collect.agent_reply import parse
-from gputui.collect.agents import AgentPoller
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.agents.client import AgentPoller
+from gputui.collect.agents.reply import parse
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import Snapshot
 from gputui.ui import app as app_module
-from gputui.ui import attach_dialog
-from gputui.ui.allocator import AllocatorScreen
 from gputui.ui.app import GpuTuiApp, SnapshotReady
-from gputui.ui.attach_dialog import AttachScreen, CommandLine
+from gputui.ui.screens import attach as attach_dialog
+from gputui.ui.screens.allocator import AllocatorScreen
+from gputui.ui.screens.attach import AttachScreen, CommandLine
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.drawn import lines
@@ -49,7 +49,7 @@ PLAN = Plan(PID, UID, "alice", "/usr/bin/python3.11", (3, 11), "gdb", "/usr/bin/
 
 
 class Fakes:
-    """gputui.attach as the test wants it to answer; what the app asked of it."""
+    """gputui.actions.attach as the test wants it to answer; what the app asked of it."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.plan: Plan | Refusal = PLAN
@@ -58,8 +58,8 @@ class Fakes:
         self.attached: list[int] = []
         self.create_times: list[float | None] = []  # what reached attach(): the row's, never None
         self.expected: list[int] = []
-        monkeypatch.setattr(gputui.attach, "check", self.check)
-        monkeypatch.setattr(gputui.attach, "attach", self.attach)
+        monkeypatch.setattr(gputui.actions.attach, "check", self.check)
+        monkeypatch.setattr(gputui.actions.attach, "attach", self.attach)
         monkeypatch.setattr(attach_dialog, "another_process", lambda pid, started: None)
 
     def check(self, pid: int) -> Plan | Refusal:
@@ -366,7 +366,7 @@ async def test_quitting_during_an_attach_abandons_it_at_once(
         release.set()
         return ["what became of it"]
 
-    monkeypatch.setattr(gputui.attach, "attach", stuck_attach)
+    monkeypatch.setattr(gputui.actions.attach, "attach", stuck_attach)
     monkeypatch.setattr(attach_run, "abandon", abandon)
     app = _app(fakes)
     async with app.run_test(size=(160, 40)) as pilot:
@@ -484,7 +484,7 @@ async def test_a_socket_made_for_a_process_without_an_agent_is_not_its_agent(
     impostor.bind(str(path))
     impostor.listen(4)  # connections are taken (the backlog); the peer is this test, not pid
     try:
-        plan = gputui.attach.check(pid)
+        plan = gputui.actions.attach.check(pid)
         assert isinstance(plan, Plan) and plan.already and plan.mechanism == "gdb", plan
         app = GpuTuiApp(sampler, interval=30.0, devices_dir=Path("/nonexistent"))
         async with app.run_test(size=(160, 40)) as pilot:

@@ -9,7 +9,7 @@ from textual.app import App, ComposeResult
 from textual.color import Color
 
 from gputui.cells import width
-from gputui.ui.canvas import PLAIN, WIDE_TAIL, CellCanvas, Line, _segments, changed_spans
+from gputui.ui.widgets.canvas import PLAIN, WIDE_TAIL, CellCanvas, Line, _segments, changed_spans
 
 
 class Board(CellCanvas):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gputui import settings
-from gputui.ui.columns import CHOOSABLE, ColumnsScreen
-from gputui.ui.process_rows import COLUMNS
-from gputui.ui.process_table import ProcessTable
+from gputui.ui.screens.columns import CHOOSABLE, ColumnsScreen
+from gputui.ui.widgets.process_rows import COLUMNS
+from gputui.ui.widgets.process_table import ProcessTable
 from tests.ui.conftest import first_frame
 from tests.ui.test_settings_app import app_on
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputui.ui.command_line import shorten
+from gputui.ui.widgets.command_line import shorten
 
 
 @pytest.mark.parametrize(

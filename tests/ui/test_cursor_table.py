@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from textual.app import App, ComposeResult
 from textual.widgets import Static
 
-from gputui.ui.canvas import Line
-from gputui.ui.cursor_table import CursorTable
+from gputui.ui.widgets.canvas import Line
+from gputui.ui.widgets.cursor_table import CursorTable
 
 
 @dataclass(frozen=True)

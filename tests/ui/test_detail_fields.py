@@ -12,9 +12,9 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from gputui.collect.procs import ProcessJoiner, describe
+from gputui.collect.procs.join import ProcessJoiner, describe
 from gputui.model import GpuProcess, ProcessDetail, ProcessRow
-from gputui.ui.screens import render_detail
+from gputui.ui.screens.detail import render_detail
 from gputui.units import NA
 from tests.collect.test_describe_env import TRAINING, describe_as_another_user, sleeper
 

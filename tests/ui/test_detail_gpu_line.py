@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gputui.model import ProcessRow
-from gputui.ui.screens import _gpu_line
+from gputui.ui.screens.detail import _gpu_line
 from tests.ui import world
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 
-from gputui.collect.forecast import MemorySeries, Split, forecast
+from gputui.analyze.forecast import MemorySeries, Split, forecast
 from gputui.model import ProcessDetail, ProcessRow
-from gputui.ui import spark
-from gputui.ui.screens import SPARK_CELLS, DetailScreen, render_detail
+from gputui.ui.screens.detail import SPARK_CELLS, DetailScreen, render_detail
+from gputui.ui.widgets import spark
 from gputui.units import fmt_bytes
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app

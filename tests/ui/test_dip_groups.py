@@ -1,5 +1,5 @@
-"""gputui.ui.dip_groups: which GPU processes are one job, and which dips of a job are one row of the Events
-pane. Pure functions on hand-made Snapshots and Dips: no Textual."""
+"""gputui.ui.widgets.dip_groups: which GPU processes are one job, and which dips of a job are one row of
+the Events pane. Pure functions on hand-made Snapshots and Dips: no Textual."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import pytest
 
 from gputui import cells
-from gputui.collect.dips import Dip
+from gputui.analyze.dips import Dip
 from gputui.model import HostProcess, ProcessRow, Snapshot
-from gputui.ui.dip_groups import (
+from gputui.ui.widgets.dip_groups import (
     JOB_CELLS,
     RANGE,
     DipGroup,

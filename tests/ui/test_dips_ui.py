@@ -17,15 +17,15 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Static
 
-from gputui.collect.dips import DipDetector
-from gputui.collect.replay import ReplaySampler
+from gputui.analyze.dips import DipDetector
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import AgentReport, Snapshot, TrainingProgress
 from gputui.ui.app import ZOOMS, GpuTuiApp
-from gputui.ui.canvas import Cell
-from gputui.ui.dip_groups import DipGroup, compact_gpus
-from gputui.ui.events import EventsScreen
-from gputui.ui.layout import LINE_SCALE, LINE_TITLE
-from gputui.ui.spark import DIP_GLYPH, BucketSeries, glyph, view_start
+from gputui.ui.screens.events import EventsScreen
+from gputui.ui.widgets.canvas import Cell
+from gputui.ui.widgets.dip_groups import DipGroup, compact_gpus
+from gputui.ui.widgets.layout import LINE_SCALE, LINE_TITLE
+from gputui.ui.widgets.spark import DIP_GLYPH, BucketSeries, glyph, view_start
 from gputui.units import NA
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app

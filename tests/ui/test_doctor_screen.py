@@ -13,8 +13,8 @@ from textual.widgets import Static
 
 from gputui.doctor import report
 from gputui.doctor.facts import SystemFacts
-from gputui.ui import doctor_screen
-from gputui.ui.doctor_screen import DoctorScreen, view_of
+from gputui.ui.screens import doctor as doctor_screen
+from gputui.ui.screens.doctor import DoctorScreen, view_of
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.world import snapshots
 

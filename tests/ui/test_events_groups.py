@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import GpuSample, HostProcess, ProcessRow, Snapshot
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.dip_groups import RANGE
-from gputui.ui.events import EventsScreen
+from gputui.ui.screens.events import EventsScreen
+from gputui.ui.widgets.dip_groups import RANGE
 from tests.ui.conftest import first_frame
 from tests.ui.test_dips_ui import events_text, press, summary_rows
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from gputui.collect.xid import describe
+from gputui.analyze.xid import describe
 from gputui.model import GpuHealth, XidEvent
 from gputui.ui.app import GpuTuiApp, SnapshotReady
 from tests.ui import world

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from gputui.collect.dip_causes import ProfileNote
-from gputui.collect.forecast import MIB
+from gputui.analyze.dip_causes import ProfileNote
+from gputui.analyze.forecast import MIB
 from gputui.model import GpmMetrics, GpuSample, HostStats, ProcessRow, Snapshot, XidEvent
-from gputui.ui.events import EventsScreen
+from gputui.ui.screens.events import EventsScreen
 from tests.ui.conftest import first_frame
 from tests.ui.test_dips_ui import events_text, press
 from tests.ui.test_events_groups import T0, app_on, row, utc  # noqa: F401  (the fixture: clocks in UTC)

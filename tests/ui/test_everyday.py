@@ -10,7 +10,7 @@ import time
 import pytest
 from textual.pilot import Pilot
 
-from gputui.ui.screens import DetailScreen, render_detail
+from gputui.ui.screens.detail import DetailScreen, render_detail
 from tests.ui import everyday
 from tests.ui.conftest import first_frame, move_to, until
 from tests.ui.test_detail_fields import text_of

@@ -9,10 +9,10 @@ from textual.app import App, ComposeResult
 
 from gputui.cells import width
 from gputui.export.fleet import FleetGpu, FleetHost, FleetProcess, FleetView, HostDetail
-from gputui.ui.canvas import CellCanvas
-from gputui.ui.fleet_host import HostView
-from gputui.ui.fleet_table import FIXED_WIDTH, FleetTable
-from gputui.ui.spark import DIP_GLYPH
+from gputui.ui.screens.fleet_host import HostView
+from gputui.ui.widgets.canvas import CellCanvas
+from gputui.ui.widgets.fleet_table import FIXED_WIDTH, FleetTable
+from gputui.ui.widgets.spark import DIP_GLYPH
 
 STEADY_80 = tuple(70.0 if i % 2 else 90.0 for i in range(60))
 WITH_DIP = tuple(5.0 if 28 <= i < 31 else 90.0 for i in range(60))

@@ -14,8 +14,8 @@ from textual.app import App, ComposeResult
 from gputui.cells import width
 from gputui.export.fleet import FleetGpu, FleetHost, FleetJob, FleetReader, FleetView, HostDetail
 from gputui.export.promql import Prometheus
-from gputui.ui.canvas import CellCanvas
-from gputui.ui.fleet_host import HostView
+from gputui.ui.screens.fleet_host import HostView
+from gputui.ui.widgets.canvas import CellCanvas
 from tests.export.fake_prometheus import FB_TOTAL, FakePrometheus
 
 NOW = 1_700_000_100.0

@@ -12,8 +12,8 @@ from textual.pilot import Pilot
 from gputui.export.fleet import FleetReader, FleetView
 from gputui.export.promql import Prometheus
 from gputui.ui.fleet_app import FleetApp
-from gputui.ui.fleet_host import HostScreen
-from gputui.ui.screens import HelpScreen
+from gputui.ui.screens.detail import HelpScreen
+from gputui.ui.screens.fleet_host import HostScreen
 from tests.export.fake_prometheus import FakePrometheus
 from tests.ui.drawn import lines
 

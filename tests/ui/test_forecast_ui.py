@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from gputui.model import ProcessDetail
-from gputui.ui.process_rows import View, build_rows
-from gputui.ui.screens import memory_trend, render_detail
+from gputui.ui.screens.detail import memory_trend, render_detail
+from gputui.ui.widgets.process_rows import View, build_rows
 from tests.ui import world
 from tests.ui.test_detail_fields import text_of
 

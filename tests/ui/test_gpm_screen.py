@@ -15,15 +15,15 @@ from textual.pilot import Pilot
 from textual.widgets import OptionList
 
 from gputui import cells
-from gputui.collect.dips import SIGNAL_GRACE
-from gputui.collect.history import History
+from gputui.analyze.dips import SIGNAL_GRACE
+from gputui.analyze.history import History
 from gputui.model import GPM_RATES, GPM_RATIOS, GpmMetrics, GpuSample, MigInstance, ProcessDetail, Snapshot
-from gputui.oneshot import GPM_LABELS
+from gputui.output.oneshot import GPM_LABELS
 from gputui.ui.app import GpuTuiApp, SnapshotReady
-from gputui.ui.gpu_panes import SM_LABEL, GpuPanes
-from gputui.ui.layout import LABEL, fit_fields
-from gputui.ui.screens import GpuChooser, GpuDetailScreen, render_detail, render_gpu_detail
-from gputui.ui.spark import DIP_GLYPH, GLYPHS
+from gputui.ui.screens.detail import GpuChooser, GpuDetailScreen, render_detail, render_gpu_detail
+from gputui.ui.widgets.gpu_panes import SM_LABEL, GpuPanes
+from gputui.ui.widgets.layout import LABEL, fit_fields
+from gputui.ui.widgets.spark import DIP_GLYPH, GLYPHS
 from tests.ui import everyday
 from tests.ui.conftest import first_frame, until
 from tests.ui.test_detail_fields import text_of

@@ -12,13 +12,13 @@ from rich.color import ColorSystem
 from rich.style import Style
 
 from gputui import cells
-from gputui.collect.history import History
+from gputui.analyze.history import History
 from gputui.model import GpuSample
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.gpu_panes import GpuPanes, fit_name
-from gputui.ui.layout import fit_fields
-from gputui.ui.palette import Palette
-from gputui.ui.spark import DIP_GLYPH
+from gputui.ui.widgets.gpu_panes import GpuPanes, fit_name
+from gputui.ui.widgets.layout import fit_fields
+from gputui.ui.widgets.palette import Palette
+from gputui.ui.widgets.spark import DIP_GLYPH
 from tests.ui import everyday
 from tests.ui.conftest import first_frame
 

@@ -8,13 +8,13 @@ import dataclasses
 from textual.pilot import Pilot
 
 from gputui import cells
-from gputui.collect.history import History
+from gputui.analyze.history import History
 from gputui.model import GpuSample, HostStats, Snapshot
 from gputui.ui.app import GpuTuiApp, SnapshotReady
-from gputui.ui.gpu_panes import GpuPanes, throttled
-from gputui.ui.header import HeaderBar, uptime
-from gputui.ui.layout import LABEL, fit_fields
-from gputui.ui.spark import DIP_GLYPH, GLYPHS, view_start
+from gputui.ui.widgets.gpu_panes import GpuPanes, throttled
+from gputui.ui.widgets.header import HeaderBar, uptime
+from gputui.ui.widgets.layout import LABEL, fit_fields
+from gputui.ui.widgets.spark import DIP_GLYPH, GLYPHS, view_start
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.drawn import lines
 

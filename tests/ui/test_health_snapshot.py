@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gputui.collect import classify
-from gputui.collect.forecast import MIB
-from gputui.collect.replay import ReplaySampler
+from gputui.analyze import classify
+from gputui.analyze.forecast import MIB
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import GpuHealth, ProcessRow, Snapshot, XidEvent
 from gputui.ui.app import GpuTuiApp
 from tests.ui import world

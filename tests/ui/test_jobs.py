@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import Owner, ProcessRow, Snapshot
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.dip_groups import RANGE, compact_gpus
-from gputui.ui.process_rows import NO_JOB, View, build_rows, matches
-from gputui.ui.screens import DetailScreen, describe_owner, render_detail
+from gputui.ui.screens.detail import DetailScreen, describe_owner, render_detail
+from gputui.ui.widgets.dip_groups import RANGE, compact_gpus
+from gputui.ui.widgets.process_rows import NO_JOB, View, build_rows, matches
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app, move_to, until
 from tests.ui.test_detail_fields import text_of
@@ -126,7 +126,7 @@ async def test_j_groups_by_job_and_k_on_a_job_offers_its_processes(monkeypatch: 
         await move_to(pilot, app, "job/slurm/81234")
         await pilot.press("k")
         await pilot.pause()
-        from gputui.ui.kill import KillScreen
+        from gputui.ui.screens.kill import KillScreen
 
         assert isinstance(app.screen, KillScreen)
         offered = {e.target.pid for e in app.screen.entries}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 
-from gputui.ui.key_bar import KeyBar
+from gputui.ui.widgets.key_bar import KeyBar
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.drawn import lines
 

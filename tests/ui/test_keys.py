@@ -16,10 +16,10 @@ from textual.widgets import Input, OptionList, Static
 
 from gputui.model import GpuSample, ProcessRow, Snapshot
 from gputui.ui.app import INTERVALS, GpuTuiApp, SnapshotReady
-from gputui.ui.gpu_panes import FULL_LINES, GpuPanes
-from gputui.ui.header import HeaderBar
-from gputui.ui.process_table import ProcessTable
-from gputui.ui.screens import DetailScreen, GpuChooser, HelpScreen
+from gputui.ui.screens.detail import DetailScreen, GpuChooser, HelpScreen
+from gputui.ui.widgets.gpu_panes import FULL_LINES, GpuPanes
+from gputui.ui.widgets.header import HeaderBar
+from gputui.ui.widgets.process_table import ProcessTable
 from gputui.units import fmt_bytes
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app

@@ -22,13 +22,13 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Checkbox, OptionList, RadioSet, Static
 
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import ProcessRow, Snapshot
 from gputui.ui import app as app_module
 from gputui.ui.app import GpuTuiApp, SnapshotReady
-from gputui.ui.key_bar import KeyBar
-from gputui.ui.kill import KillScreen
-from gputui.ui.status import StatusLine
+from gputui.ui.screens.kill import KillScreen
+from gputui.ui.widgets.key_bar import KeyBar
+from gputui.ui.widgets.status import StatusLine
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.drawn import body, header_line, lines, shown_pids, table
@@ -775,7 +775,7 @@ def _fake(pid: int, category: str, reason: str, command: str, **changes: object)
     return replace(row, **changes)  # type: ignore[arg-type]
 
 
-# The demo world's classes, as gputui.collect.classify words them.
+# The demo world's classes, as gputui.analyze.classify words them.
 SUSPECTS = {
     5103: _fake(5103, "defunct", "defunct: its parent 5101 has not reaped it", "[python]", state="zombie"),
     5104: _fake(5104, "orphan", "holds /dev/nvidia0; parent gone (now 1 init)", "python worker.py", ppid=1),
@@ -870,8 +870,8 @@ async def test_k_in_the_zombies_view_signals_a_real_orphan(kids: Kids) -> None:
 
 
 async def test_the_demo_trainer_killed_from_the_ui_takes_its_workers_and_frees_its_gpu() -> None:
-    from gputui.collect.demo import DemoSource
     from gputui.collect.sampler import Sampler
+    from gputui.collect.sources.demo import DemoSource
 
     sampler = Sampler(DemoSource(gpus=2, workers=3, start_at=120.0))
     app = GpuTuiApp(sampler, interval=0.5)

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from gputui.collect import signals
-from gputui.collect.demo import DemoSource
+from gputui.actions import signals
+from gputui.actions.kill_plan import PARENT, describe_outcomes, plan_kill
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.demo import DemoSource
 from gputui.model import ProcessRow, Snapshot
-from gputui.ui.kill_plan import PARENT, describe_outcomes, plan_kill
 
 GIB = 1 << 30
 

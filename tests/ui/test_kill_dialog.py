@@ -12,9 +12,9 @@ from textual.geometry import Region
 from textual.widget import Widget
 from textual.widgets import Checkbox, RadioButton
 
+from gputui.actions.kill_plan import KillPlan, plan_kill
 from gputui.cells import width
-from gputui.ui.kill import EntryList, KillRequest, KillScreen, StateCheckbox, wrap_cells
-from gputui.ui.kill_plan import KillPlan, plan_kill
+from gputui.ui.screens.kill import EntryList, KillRequest, KillScreen, StateCheckbox, wrap_cells
 from tests.ui.test_kill_plan import GUARD, JOB, TRAINER, gpu_row, snap
 
 SIZE = (120, 40)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gputui.collect.signals import Outcome, Protected, Target
+from gputui.actions.kill_plan import PARENT, describe_outcomes, plan_kill
+from gputui.actions.signals import Outcome, Protected, Target
 from gputui.model import HostProcess, ProcessRow, Snapshot
-from gputui.ui.kill_plan import PARENT, describe_outcomes, plan_kill
 
 GIB = 1 << 30
 ME, SHELL, SSHD = 900, 800, 700

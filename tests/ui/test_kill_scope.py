@@ -19,12 +19,12 @@ import pytest
 from rich.console import Console
 from textual.pilot import Pilot
 
-from gputui.collect import signals
+from gputui.actions import signals
+from gputui.actions.kill_plan import job_share, plan_kill
 from gputui.model import HostProcess, Owner, ProcessRow
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.dip_groups import RANGE
-from gputui.ui.kill import KillRequest, KillScreen
-from gputui.ui.kill_plan import job_share, plan_kill
+from gputui.ui.screens.kill import KillRequest, KillScreen
+from gputui.ui.widgets.dip_groups import RANGE
 from gputui.units import fmt_bytes
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app, move_to

@@ -1,4 +1,4 @@
-"""The layout engine (gputui.ui.layout), pure: GPU count x terminal size -> where the GPUs go, and the
+"""The layout engine (gputui.ui.widgets.layout), pure: GPU count x terminal size -> where the GPUs go, and the
 priority order that makes a summary line give way."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import pytest
 
 from gputui import cells
-from gputui.ui import layout
-from gputui.ui.gpu_panes import CHROME_ROWS
-from gputui.ui.layout import Field, choose, fit_fields, next_choice
+from gputui.ui.widgets import layout
+from gputui.ui.widgets.gpu_panes import CHROME_ROWS
+from gputui.ui.widgets.layout import Field, choose, fit_fields, next_choice
 
 SIZES = [(80, 24), (120, 40), (200, 60)]
 GRID = [(n, w, h) for n in range(1, 17) for w, h in SIZES]

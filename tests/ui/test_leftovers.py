@@ -12,13 +12,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gputui.collect.classify import ORPHAN, WORKER, Leftover, estimated, leftovers, likely_holders
-from gputui.collect.replay import ReplaySampler
+from gputui.analyze.classify import ORPHAN, WORKER, Leftover, estimated, leftovers, likely_holders
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import ProcessRow
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.kill import KillScreen
-from gputui.ui.leftovers import LeftoverScreen
-from gputui.ui.process_rows import View, build_rows
+from gputui.ui.screens.kill import KillScreen
+from gputui.ui.screens.leftovers import LeftoverScreen
+from gputui.ui.widgets.process_rows import View, build_rows
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import body, lines, table
 from tests.ui.test_kill import (

@@ -3,8 +3,8 @@ with its profile and MIG UUID."""
 
 from __future__ import annotations
 
-from gputui.ui.process_rows import View, build_rows
-from gputui.ui.screens import _gpu_line
+from gputui.ui.screens.detail import _gpu_line
+from gputui.ui.widgets.process_rows import View, build_rows
 from tests.ui import world
 
 

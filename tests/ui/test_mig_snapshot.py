@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
-from gputui.collect.demo import MIG_LAYOUT
+from gputui.collect.sources.demo import MIG_LAYOUT
 from gputui.model import GpuSample, MigInstance
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.canvas import Line
-from gputui.ui.gpu_panes import GpuPanes
-from gputui.ui.layout import fit_fields
-from gputui.ui.palette import Palette
+from gputui.ui.widgets.canvas import Line
+from gputui.ui.widgets.gpu_panes import GpuPanes
+from gputui.ui.widgets.layout import fit_fields
+from gputui.ui.widgets.palette import Palette
 from tests.ui import world
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import lines
@@ -135,7 +135,7 @@ def test_hostile_profile_text_is_made_printable() -> None:
 
 
 def test_the_demo_with_mig_splits_gpu_0_and_places_its_trainer() -> None:
-    from gputui.collect.demo import DemoSource
+    from gputui.collect.sources.demo import DemoSource
 
     reading = DemoSource(gpus=2, seed=0, mig=True).reading_at(600.0, True, [4101, 4111])
     g0, g1 = reading.gpus

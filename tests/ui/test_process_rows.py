@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gputui.model import ProcessRow, Snapshot
-from gputui.ui import process_rows
-from gputui.ui.process_rows import Folding, RowCache, View, build_rows, row_key
+from gputui.ui.widgets import process_rows
+from gputui.ui.widgets.process_rows import Folding, RowCache, View, build_rows, row_key
 
 GIB = 1 << 30
 PYTHON = "/root/.pyenv/versions/3.11.7/bin/python3"

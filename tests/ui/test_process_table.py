@@ -12,11 +12,11 @@ from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
 from gputui import cells
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import ProcessRow, Snapshot
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.process_rows import View
-from gputui.ui.process_table import SCROLL_STEP, ProcessTable, fit, skip_cells
+from gputui.ui.widgets.process_rows import View
+from gputui.ui.widgets.process_table import SCROLL_STEP, ProcessTable, fit, skip_cells
 from tests.ui import world
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import body, header_line, lines, shown_pids, table

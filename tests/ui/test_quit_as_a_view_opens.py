@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.attach_dialog import AttachScreen
+from gputui.ui.screens.attach import AttachScreen
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.test_allocator import PID, REPLY
 

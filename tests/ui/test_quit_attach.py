@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gputui.collect.agents import AgentPoller
+from gputui.collect.agents.client import AgentPoller
 from tests.attach.gil_hog import Hog, debuggers_of, wait_queued, wait_until
 from tests.ui.pty_run import PtyRun
 

@@ -22,13 +22,13 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from gputui.agent.server import Agent
-from gputui.collect.agents import AgentPoller
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.agents.client import AgentPoller
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import AgentReport, Snapshot
-from gputui.ui.allocator import AllocatorScreen
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.doctor_screen import DoctorScreen
-from gputui.ui.screens import DetailScreen
+from gputui.ui.screens.allocator import AllocatorScreen
+from gputui.ui.screens.detail import DetailScreen
+from gputui.ui.screens.doctor import DoctorScreen
 from tests.ui import world
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import lines
@@ -153,8 +153,8 @@ def _forbid(monkeypatch: pytest.MonkeyPatch, target: str) -> list[str]:
 
 
 async def test_replay_detail_shows_the_recording_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    called = _forbid(monkeypatch, "gputui.ui.screens.describe") + _forbid(
-        monkeypatch, "gputui.ui.screens.py_spy_dump"
+    called = _forbid(monkeypatch, "gputui.ui.screens.detail.describe") + _forbid(
+        monkeypatch, "gputui.ui.screens.detail.py_spy_dump"
     )
     app = _app(_recording({}), replay=True)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -173,7 +173,7 @@ async def test_replay_detail_shows_the_recording_only(monkeypatch: pytest.Monkey
 
 
 async def test_replay_doctor_does_not_examine_the_live_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    called = _forbid(monkeypatch, "gputui.ui.doctor_screen.diagnose")
+    called = _forbid(monkeypatch, "gputui.ui.screens.doctor.diagnose")
     app = _app(_recording({}), replay=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
@@ -187,7 +187,7 @@ async def test_replay_doctor_does_not_examine_the_live_machine(monkeypatch: pyte
 async def test_readonly_detail_reads_proc_but_never_attaches_py_spy(monkeypatch: pytest.MonkeyPatch) -> None:
     """--readonly on the live machine: the detail reads /proc (reading is fine), but py-spy, which stops
     the process to read its stacks, is not run."""
-    called = _forbid(monkeypatch, "gputui.ui.screens.py_spy_dump")
+    called = _forbid(monkeypatch, "gputui.ui.screens.detail.py_spy_dump")
     app = _app(_recording({}), replay=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
@@ -204,7 +204,7 @@ async def test_readonly_detail_reads_proc_but_never_attaches_py_spy(monkeypatch:
 async def test_a_replay_is_read_only_even_if_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its pids are the recorded machine's: k must never signal whatever has that pid here now."""
     sent: list[object] = []
-    monkeypatch.setattr("gputui.collect.signals.send", lambda *args: sent.append(args) or [])
+    monkeypatch.setattr("gputui.actions.signals.send", lambda *args: sent.append(args) or [])
     app = GpuTuiApp(
         ReplaySampler(_recording({}), devices_dir=Path("/nonexistent")), interval=30.0, replay=True
     )

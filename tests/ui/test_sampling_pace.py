@@ -8,7 +8,7 @@ import statistics
 import time
 from pathlib import Path
 
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import Snapshot
 from gputui.ui.app import GpuTuiApp
 from tests.ui import world

@@ -8,13 +8,13 @@ import dataclasses
 
 import pytest
 
-from gputui.collect.history import PROCESS_WINDOW_S, History
+from gputui.analyze.history import PROCESS_WINDOW_S, History
 from gputui.model import ProcessRow, Snapshot
 from gputui.ui.app import ZOOMS
-from gputui.ui.gpu_panes import GpuPanes
-from gputui.ui.layout import LINE_SCALE, LINE_TITLE
-from gputui.ui.screens import memory_spark
-from gputui.ui.spark import GLYPHS, MISSING, BucketSeries, Keep, axis, glyph, span_label, view_start
+from gputui.ui.screens.detail import memory_spark
+from gputui.ui.widgets.gpu_panes import GpuPanes
+from gputui.ui.widgets.layout import LINE_SCALE, LINE_TITLE
+from gputui.ui.widgets.spark import GLYPHS, MISSING, BucketSeries, Keep, axis, glyph, span_label, view_start
 from tests.ui import everyday, world
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import lines

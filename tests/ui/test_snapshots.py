@@ -12,7 +12,7 @@ import pytest
 from textual.app import App
 from textual.pilot import Pilot
 
-from gputui.ui.screens import DetailScreen
+from gputui.ui.screens.detail import DetailScreen
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 
@@ -98,7 +98,7 @@ def test_wide_and_combining_characters_keep_the_columns(snap_compare) -> None:  
     """A CJK command line (two cells a character) and combining marks (none) stay inside their row."""
     import dataclasses
 
-    from gputui.collect.replay import ReplaySampler
+    from gputui.collect.sources.replay import ReplaySampler
 
     app = make_app(gpus=4, unaccounted=True)
     replay = app.sampler
@@ -131,7 +131,7 @@ def test_detail(snap_compare, monkeypatch: pytest.MonkeyPatch) -> None:  # type:
 
 async def test_the_detail_is_pictured_once_its_worker_has_read_proc(monkeypatch: pytest.MonkeyPatch) -> None:
     """A slow /proc (a loaded machine): the picture waited a fixed 0.15 s and caught "reading /proc …"."""
-    from gputui.ui import screens
+    from gputui.ui.screens import detail as screens
 
     describe = screens.describe
 
@@ -157,13 +157,13 @@ def test_allocator_panel(snap_compare) -> None:  # type: ignore[no-untyped-def]
     import json
     from pathlib import Path
 
-    from gputui.collect.replay import ReplaySampler
+    from gputui.collect.sources.replay import ReplaySampler
 
     reply = json.loads((Path(__file__).parent.parent / "fixtures" / "agent_stats_cuda.json").read_text())
     app = make_app(gpus=4, interval=3600.0)  # no tick after the first: a fixed allocator history
     replay = app.sampler
     assert isinstance(replay, ReplaySampler)
-    from gputui.collect.agent_reply import parse
+    from gputui.collect.agents.reply import parse
 
     report = parse(4101, reply)
     replay.snapshots = [dataclasses.replace(s, agents={4101: report}) for s in replay.snapshots]

@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 from textual.app import App, ComposeResult
 
-from gputui.collect.signals import Outcome, Target
+from gputui.actions.kill_plan import describe_outcomes
+from gputui.actions.signals import Outcome, Target
 from gputui.model import Owner
-from gputui.ui.command_fit import squeeze, telling_words
-from gputui.ui.kill_plan import describe_outcomes
-from gputui.ui.status import StatusLine
+from gputui.ui.widgets.command_fit import squeeze, telling_words
+from gputui.ui.widgets.status import StatusLine
 from tests.ui import everyday
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import body, header_line, lines

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
-import gputui.collect.nvml as nvml_module
-from gputui.collect.nvml import NvmlSource
-from gputui.collect.nvml_tape import Player
-from gputui.collect.replay import ReplaySampler
+import gputui.collect.sources.nvml as nvml_module
 from gputui.collect.sampler import Sampler
+from gputui.collect.sources.nvml import NvmlSource
+from gputui.collect.sources.nvml_tape import Player
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import Snapshot
 from gputui.ui.app import GpuTuiApp
 from tests.collect.test_nvml_tape import FIXTURE, Clock

@@ -10,7 +10,7 @@ from textual import events
 from textual.pilot import Pilot
 
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.screens import DetailScreen, GpuChooser
+from gputui.ui.screens.detail import DetailScreen, GpuChooser
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 
@@ -67,7 +67,7 @@ async def test_a_close_key_twice_closes_one_screen(
     open_key: str, close_keys: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The doctor runs in a thread: keep it from examining this machine.
-    monkeypatch.setattr("gputui.ui.doctor_screen.diagnose", lambda **_: [])
+    monkeypatch.setattr("gputui.ui.screens.doctor.diagnose", lambda **_: [])
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
@@ -81,7 +81,7 @@ async def test_a_close_key_twice_closes_one_screen(
 
 
 async def test_the_kill_dialog_confirmed_twice_signals_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gputui.ui.kill import KillScreen
+    from gputui.ui.screens.kill import KillScreen
 
     sent: list[object] = []
     monkeypatch.setattr(GpuTuiApp, "_send", lambda self, request: sent.append(request))

@@ -3,8 +3,8 @@ processes, so snapshots and assertions are the same on every run and machine."""
 
 from __future__ import annotations
 
-from gputui.collect.demo import DemoSource
-from gputui.collect.replay import ReplaySampler
+from gputui.collect.sources.demo import DemoSource
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import GpuProcess, HostProcess, HostStats, ProcessRow, Snapshot, unaccounted_memory
 
 START = 1_795_000_000.0  # the wall clock of the first snapshot

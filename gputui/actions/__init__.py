@@ -1,0 +1,1 @@
+"""What gputui does to processes: signals (kill, with the create-time check), the kill plan, attach."""

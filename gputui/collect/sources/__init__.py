@@ -1,0 +1,1 @@
+"""Where GPU readings come from, behind one interface (base.Source): NVML, its tape, the demo, replay."""
