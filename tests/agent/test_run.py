@@ -106,7 +106,7 @@ def test_run_chains_to_an_existing_sitecustomize(tmp_path: Path, procs: list[sub
     script = textwrap.dedent("""
         import os
         import gputui.agent.server as s
-        from gputui.collect import agents
+        from gputui.collect.agents import client as agents
         a = s._agent
         print(a is not None and a.running, a.path if a else None)
         print(agents.AgentPoller(a.path.parent).poll()[os.getpid()].ok)

@@ -137,6 +137,28 @@ def test_quitting_while_the_agent_is_awaited_leaves_the_bootstrap_queued(hog: Ho
     assert_runs_on(hog, copy, agent=True)
 
 
+def test_quitting_just_after_gdb_left_says_the_bootstrap_is_queued(
+    hog: Hog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The moment between gdb's end (the attempt's session let go) and the attach noting the queued
+    bootstrap: a quit there once said "no debugger was at work in it" while the bootstrap was queued
+    (tests/ui/test_quit_attach.py under load). The quit is made to land exactly there."""
+    said: list[str] = []
+    real = run._replaced
+
+    def quit_first(pid: int, create_time: float | None, during: bool = False) -> Outcome | None:
+        if during:
+            said.extend(run.abandon())
+        return real(pid, create_time, during)
+
+    monkeypatch.setattr(run, "_replaced", quit_first)
+    hog.hold()
+    outcome = Attaching(hog.pid)
+    outcome.join(run.TIMEOUT_S + 5)
+    assert len(said) == 1 and "bootstrap is queued in pid" in said[0], said
+    wait_queued(hog.pid)
+
+
 def test_quitting_before_the_claim_stops_gdb(hog: Hog, slow_malloc: None) -> None:
     hog.hold_briefly()
     attaching = Attaching(hog.pid)

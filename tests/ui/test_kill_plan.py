@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gputui.actions.kill_plan import PARENT, describe_outcomes, plan_kill
-from gputui.actions.signals import Outcome, Protected, Target
+from gputui.actions.signals import Outcome, Protected, Result, Target
 from gputui.model import HostProcess, ProcessRow, Snapshot
 
 GIB = 1 << 30
@@ -286,7 +286,7 @@ def test_a_tagged_defunct_row_and_its_tagged_parent_list_the_parent_once() -> No
 # -- outcomes ----------------------------------------------------------------------------------------
 
 
-def outcome(pid: int, result: str, detail: str = "", signal: str = "SIGTERM") -> Outcome:
+def outcome(pid: int, result: Result, detail: str = "", signal: str = "SIGTERM") -> Outcome:
     return Outcome(Target(pid, T0, f"python {pid}.py"), signal, result, detail)
 
 
@@ -326,7 +326,7 @@ def test_outcomes_before_the_wait_do_not_offer_k() -> None:
 
 
 def test_the_plan_imports_no_textual_or_rich() -> None:
-    source = Path(__file__).parents[2] / "gputui" / "ui" / "kill_plan.py"
+    source = Path(__file__).parents[2] / "gputui" / "actions" / "kill_plan.py"
     tree = ast.parse(source.read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}

@@ -359,7 +359,9 @@ def run_debugger(plan: Plan, boot: Path, timeout: float) -> Outcome:
         session.stop()
         raise
     finally:
-        with _lock:
+        with _lock:  # abandon() sees the session, or that the bootstrap is queued: never neither
+            if debugger.queued(session.text()):
+                attempt.queued = True
             attempt.session = None
     out = session.text()
     session.output.close()
