@@ -14,8 +14,13 @@ MIN_STAMP  := $(MIN_VENV)/.installed
 MIN_EXTRAS := prometheus
 MIN_TESTS  := tests/collect tests/export tests/ui tests/test_cli.py tests/test_cli_help.py
 LINTED     := gputui tests bench screenshots
-# Narrower runs: make test PYTEST_ARGS='tests/export -x' (test-min runs MIN_TESTS without it)
+# Narrower runs: make test PYTEST_ARGS='tests/export -x' (test-min runs MIN_TESTS without it), or by marker:
+# PYTEST_ARGS="-m 'not slow and not terminal'". Both run on pytest-xdist's WORKERS processes (auto: one a
+# core; WORKERS=0: one process, as `--snapshot-update` needs), a test file to a worker: a module's fixtures
+# (a built wheel, a Prometheus server) are made once, not once a worker.
 PYTEST_ARGS ?=
+WORKERS     ?= auto
+XDIST       := -n $(WORKERS) --dist loadfile
 
 .PHONY: setup torch demo run test test-min lint bench soak screenshots gpu-wheels gpu-check clean
 
@@ -54,7 +59,7 @@ run: setup
 	$(BIN)/gputui
 
 test: setup torch
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # Pins come from the package's own metadata: installed first without dependencies, then every runtime
 # dependency (and MIN_EXTRAS') at its floor, the test tools as declared.
@@ -71,11 +76,14 @@ $(MIN_STAMP): pyproject.toml tests/minimum_versions.py
 
 test-min: $(MIN_STAMP)
 	$(MIN_BIN)/python tests/minimum_versions.py --extra $(MIN_EXTRAS) --check
-	$(MIN_BIN)/python -m pytest $(or $(PYTEST_ARGS),$(MIN_TESTS))
+	$(MIN_BIN)/python -m pytest $(XDIST) $(or $(PYTEST_ARGS),$(MIN_TESTS))
 
+# ruff (style, and the complexity cap), the import contracts ([tool.importlinter]), mypy --strict on the
+# package, the tests and the bench ([tool.mypy])
 lint: setup
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 
 bench: setup torch
@@ -106,4 +114,5 @@ screenshots: setup
 	$(BIN)/python screenshots/generate.py
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) $(GPU_WHEELS) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(MIN_VENV) $(GPU_WHEELS) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache \
+		.import_linter_cache

@@ -17,8 +17,8 @@ import time
 
 import psutil
 
-sys.path.insert(0, os.path.dirname(__file__))
-from run import quit_in_pty, start_in_pty
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout: bench.*
+from bench.shared import quit_in_pty, start_in_pty
 
 BUDGET_MIB_PER_H = 2.0
 

@@ -61,6 +61,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+if TYPE_CHECKING:  # typeshed's generic: argparse's own class is not subscriptable at run time before 3.14
+    Subparsers = argparse._SubParsersAction[_Parser]
+
+
 def _source_parent() -> argparse.ArgumentParser:
     source = _Parser(add_help=False)
     flags = source.add_argument_group("GPU source")
@@ -158,15 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     return top
 
 
-def _add(
-    sub: argparse._SubParsersAction, name: str, summary: str, description: str, **kwargs: Any
-) -> argparse.ArgumentParser:
+def _add(sub: Subparsers, name: str, summary: str, description: str, **kwargs: Any) -> _Parser:
     parser = sub.add_parser(name, help=summary, description=description, **kwargs)
     parser.set_defaults(parser=parser)
     return parser
 
 
-def _run_parser(sub: argparse._SubParsersAction) -> None:
+def _run_parser(sub: Subparsers) -> None:
     p = _add(
         sub,
         "run",
@@ -182,7 +184,7 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=commands.run)
 
 
-def _agent_parser(sub: argparse._SubParsersAction) -> None:
+def _agent_parser(sub: Subparsers) -> None:
     p = _add(
         sub,
         "agent",
@@ -207,7 +209,7 @@ def _agent_parser(sub: argparse._SubParsersAction) -> None:
         action.set_defaults(handler=commands.agent)
 
 
-def _attach_parser(sub: argparse._SubParsersAction) -> None:
+def _attach_parser(sub: Subparsers) -> None:
     p = _add(
         sub,
         "attach",
@@ -230,7 +232,7 @@ def _attach_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=commands.attach)
 
 
-def _record_parser(sub: argparse._SubParsersAction, source: argparse.ArgumentParser) -> None:
+def _record_parser(sub: Subparsers, source: argparse.ArgumentParser) -> None:
     p = _add(
         sub,
         "record",
@@ -251,7 +253,7 @@ def _record_parser(sub: argparse._SubParsersAction, source: argparse.ArgumentPar
     p.set_defaults(handler=commands.record)
 
 
-def _replay_parser(sub: argparse._SubParsersAction) -> None:
+def _replay_parser(sub: Subparsers) -> None:
     p = _add(
         sub,
         "replay",
@@ -264,7 +266,7 @@ def _replay_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=commands.replay)
 
 
-def _export_parser(sub: argparse._SubParsersAction, source: argparse.ArgumentParser) -> None:
+def _export_parser(sub: Subparsers, source: argparse.ArgumentParser) -> None:
     p = _add(
         sub,
         "export",
@@ -309,7 +311,7 @@ def _web_config_file(text: str) -> WebConfigFile:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _fleet_parser(sub: argparse._SubParsersAction) -> None:
+def _fleet_parser(sub: Subparsers) -> None:
     p = _add(
         sub,
         "fleet",
@@ -366,7 +368,7 @@ def _fleet_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=commands.fleet)
 
 
-def _doctor_parser(sub: argparse._SubParsersAction) -> None:
+def _doctor_parser(sub: Subparsers) -> None:
     p = _add(
         sub,
         "doctor",
@@ -392,7 +394,7 @@ def _doctor_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=commands.doctor)
 
 
-def _completion_parser(sub: argparse._SubParsersAction) -> None:
+def _completion_parser(sub: Subparsers) -> None:
     p = _add(
         sub,
         "completion",

@@ -364,9 +364,9 @@ def doctor(args: argparse.Namespace) -> int:
 
 def completion(args: argparse.Namespace) -> int:
     """`gputui completion SHELL`: the script that makes the shell complete gputui's commands and flags."""
-    import argcomplete
+    from argcomplete.shell_integration import shellcode
 
-    return write_stdout(argcomplete.shellcode(["gputui"], shell=args.shell), "gputui completion")
+    return write_stdout(shellcode(["gputui"], shell=args.shell), "gputui completion")
 
 
 def no_terminal(prog: str, why: str, hint: str = "") -> bool:

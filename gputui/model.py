@@ -7,6 +7,7 @@ driver, no permission, the process vanished, ...). Nothing here imports Textual,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 SCHEMA_VERSION = 1
 
@@ -202,6 +203,12 @@ class Owner:
         return f"{self.kind} {self.name or self.id[:12]}"
 
 
+# A process's class (gputui.analyze.classify says what each means); the strings are the --json schema's.
+Category = Literal[
+    "ok", "worker", "defunct", "stuck", "orphan", "unseen", "nvml-only", "no-permission", "hung"
+]
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessRow:
     """A process on a GPU: in NVML's lists, or holding its device file, or both; joined with what the
@@ -223,7 +230,7 @@ class ProcessRow:
     state: str | None = None  # psutil status: running, sleeping, disk-sleep, stopped, zombie, ...
     ppid: int | None = None
     devices: tuple[str, ...] | None = None  # the nvidia device files it holds; None: not readable
-    category: str = "ok"  # see gputui.analyze.classify: ok, worker, defunct, orphan, unseen, ...
+    category: Category = "ok"  # see gputui.analyze.classify: ok, worker, defunct, orphan, unseen, ...
     reason: str = ""  # one line: why it is in its category
     ns_pid: int | None = None  # its PID inside its own (container's) PID namespace, when different
     owner: Owner | None = None  # its container, pod or SLURM job; None: none found (a plain process)

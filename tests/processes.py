@@ -1,23 +1,12 @@
-"""Small helpers about real processes, shared by the tests that start them (the demo, gputui itself)."""
+"""Small helpers about real processes, shared by the tests that start them (the demo, gputui itself).
+Waiting for one is tests/helpers.py's `wait_until`."""
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import psutil
-
-
-def wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
-    """Poll `pred` until it holds or `timeout` seconds pass; whether it held."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if pred():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(step)
 
 
 def cmdline(proc: psutil.Process) -> list[str]:

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from importlib.metadata import version as dist_version
 from pathlib import Path
 
@@ -358,18 +359,30 @@ def test_a_stdout_that_is_not_utf8(encoding: str) -> None:
             assert "GPU" in out and "UTIL" in out
 
 
+def _ours(proc: psutil.Process, token: str) -> bool:
+    """Started with `token` in its environment (inherited from the gputui this test ran)."""
+    try:
+        return proc.environ().get("GPUTUI_TEST_TOKEN") == token
+    except psutil.Error:
+        return False
+
+
 def test_without_a_terminal_the_monitor_says_what_to_use() -> None:
+    # A token in the environment tells the demo this run would have started from those that other tests
+    # (other xdist workers) start at the same time.
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
     before = set(psutil.pids())
-    result = gputui_run("--demo")
+    result = gputui_run("--demo", env={**os.environ, "GPUTUI_TEST_TOKEN": token})
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [
         "gputui: standard input and output are not a terminal, and the monitor is full-screen; "
         "`gputui --once` prints a table, `gputui --json` a snapshot"
     ]
     started = [psutil.Process(pid) for pid in set(psutil.pids()) - before if psutil.pid_exists(pid)]
-    assert not any("demo_train" in " ".join(cmdline(p)) for p in started)
+    assert not any("demo_train" in " ".join(cmdline(p)) and _ours(p, token) for p in started)
 
 
+@pytest.mark.terminal
 def test_with_term_dumb_the_monitor_says_what_to_use() -> None:
     from tests.ui.pty_run import PtyRun
 
@@ -435,6 +448,7 @@ def test_once_shows_an_unknown_cpu_as_na_and_a_measured_one_as_a_number() -> Non
     assert by_pid[second.pid][column].strip() == "0%"
 
 
+@pytest.mark.terminal
 def test_gputui_once_on_an_80_column_terminal_fits_it() -> None:
     from tests.ui.pty_run import PtyRun
 

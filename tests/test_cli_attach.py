@@ -21,7 +21,7 @@ from gputui import cli, commands
 from gputui.actions.attach import Outcome, Plan, Refusal, check
 from gputui.actions.attach import run as attach_run
 from gputui.collect.agents.client import AgentPoller
-from tests.processes import wait_until
+from tests.helpers import wait_until
 
 TIMEOUT = 60
 LOOP = "import sys, time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"
@@ -220,6 +220,7 @@ class Asked:
         return self.proc.returncode, (self.out + out).decode(), err.decode()
 
 
+@pytest.mark.terminal
 @pytest.mark.parametrize("said", ["n\n", "\n", "yess\n", "no\n", "\x04"])
 def test_anything_but_yes_cancels(loop: subprocess.Popen[str], said: str) -> None:
     plan = attachable(loop.pid)
@@ -233,6 +234,7 @@ def test_anything_but_yes_cancels(loop: subprocess.Popen[str], said: str) -> Non
     assert not has_agent(loop.pid)
 
 
+@pytest.mark.terminal
 def test_interrupted_at_the_question(loop: subprocess.Popen[str]) -> None:
     attachable(loop.pid)
     asked = Asked(loop.pid)
@@ -245,6 +247,7 @@ def test_interrupted_at_the_question(loop: subprocess.Popen[str]) -> None:
     assert not has_agent(loop.pid)
 
 
+@pytest.mark.terminal
 @needs_gdb
 @pytest.mark.parametrize("said", ["y\n", "YES\n"])
 def test_yes_attaches(loop: subprocess.Popen[str], said: str) -> None:

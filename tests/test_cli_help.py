@@ -74,7 +74,8 @@ def test_every_command_has_its_own_help(prog: str) -> None:
     assert result.stderr == ""
     assert result.stdout.startswith(f"usage: {prog} "), result.stdout
     if prog != "gputui":
-        assert ALL[prog].description and ALL[prog].description.split()[0] in result.stdout
+        description = ALL[prog].description
+        assert description and description.split()[0] in result.stdout
 
 
 def test_run_help_is_help_but_after_the_separator_it_is_the_commands() -> None:

@@ -131,7 +131,7 @@ def test_the_wheel_carries_license_version_and_metadata(installed: Installed) ->
         info = f"gputui-{gputui.__version__}.dist-info/"
         metadata = whl.read(info + "METADATA").decode()
     assert info + "licenses/LICENSE" in names
-    assert {"gputui/py.typed", "gputui/schema/snapshot-v1.json"} <= names
+    assert {"gputui/py.typed", "gputui/schema/snapshot-v1.json", "gputui/ui/gputui.tcss"} <= names
     assert not [n for n in names if n.startswith("tests/")]
     fields = [line.split(": ", 1) for line in metadata.split("\n\n", 1)[0].splitlines() if ": " in line]
     assert ["Version", gputui.__version__] in fields

@@ -15,12 +15,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import psutil
 import pytest
 from jsonschema import Draft202012Validator
 
-from gputui.model import AgentReport, GpmMetrics, GpuSample, Snapshot, TrainingProgress
+from gputui.model import AgentReport, GpmMetrics, GpuSample, ProcessRow, Snapshot, TrainingProgress
 from gputui.output.jsonout import schema, snapshot_to_dict
 from gputui.output.record import CSV_COLUMNS, KEEP_ROTATED, NA, Recorder, csv_rows, read_recording
 from gputui.units import printable
@@ -72,11 +73,11 @@ def one_line_error(result: subprocess.CompletedProcess[str], prog: str) -> str:
     return result.stderr
 
 
-def json_lines(path: Path) -> list[dict[str, object]]:
+def json_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def assert_valid(records: list[dict[str, object]]) -> None:
+def assert_valid(records: list[dict[str, Any]]) -> None:
     validator = Draft202012Validator(schema())
     for data in records:
         errors = sorted(validator.iter_errors(data), key=str)
@@ -135,11 +136,11 @@ def test_record_writes_json_lines_of_valid_snapshots(recordings: Recordings) -> 
     records = json_lines(recordings.jsonl)
     assert 3 <= n <= 12 and len(records) == n  # 2 s at 0.2 s
     assert_valid(records)
-    assert all(r["source"] == "demo" and [g["index"] for g in r["gpus"]] == [0, 1] for r in records)  # type: ignore[index]
+    assert all(r["source"] == "demo" and [g["index"] for g in r["gpus"]] == [0, 1] for r in records)
     times = [r["time"] for r in records]
-    assert times == sorted(times) and len(set(times)) == len(times)  # type: ignore[type-var]
-    trainers = [p for p in records[-1]["processes"] if p["kinds"]]  # type: ignore[union-attr, index]
-    assert sorted(p["gpu"] for p in trainers if "--role trainer" in (p["command"] or "")) == [0, 1]  # type: ignore[index]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    trainers = [p for p in records[-1]["processes"] if p["kinds"]]
+    assert sorted(p["gpu"] for p in trainers if "--role trainer" in (p["command"] or "")) == [0, 1]
 
 
 def test_recording_reads_back_with_the_same_gpu_values(recordings: Recordings) -> None:
@@ -198,7 +199,7 @@ def test_record_rotates_at_max_size_and_every_part_is_valid(recordings: Recordin
     assert records and all(p.stat().st_size > 0 for p in files)
     assert_valid(records)
     times = [r["time"] for r in records]
-    assert times == sorted(times) and len(set(times)) == len(times)  # type: ignore[type-var]
+    assert times == sorted(times) and len(set(times)) == len(times)
     for p in files:
         snaps, bad = read_recording(p)
         assert bad == 0 and len(snaps) == len(p.read_text().splitlines())
@@ -316,13 +317,14 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
-def _printable_fields(item: object) -> object:
-    changes = {
-        f.name: printable(v)
-        for f in dataclasses.fields(item)  # type: ignore[arg-type]
-        if isinstance(v := getattr(item, f.name), str)
+_Row = TypeVar("_Row", GpuSample, ProcessRow)
+
+
+def _printable_fields(item: _Row) -> _Row:
+    changes: dict[str, Any] = {
+        f.name: printable(v) for f in dataclasses.fields(item) if isinstance(v := getattr(item, f.name), str)
     }
-    return dataclasses.replace(item, **changes)  # type: ignore[type-var]
+    return dataclasses.replace(item, **changes)
 
 
 def without_hosts(s: Snapshot) -> Snapshot:
@@ -332,9 +334,9 @@ def without_hosts(s: Snapshot) -> Snapshot:
         s,
         host_processes=(),
         hostname=printable(s.hostname),
-        processes=tuple(_printable_fields(p) for p in s.processes),  # type: ignore[misc]
+        processes=tuple(_printable_fields(p) for p in s.processes),
         gpus=tuple(_printable_fields(g) for g in s.gpus),
-    )  # type: ignore[misc]
+    )
 
 
 def world_snaps(n: int = 8) -> list[Snapshot]:

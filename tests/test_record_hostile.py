@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -241,19 +242,19 @@ def test_appending_after_a_cut_line_starts_a_new_line(tmp_path: Path) -> None:
 # -- replay: a recording is anyone's file ---------------------------------------------------------------
 
 
-def valid_record(**changes: object) -> dict[str, object]:
+def valid_record(**changes: object) -> dict[str, Any]:
     return {**snapshot_to_dict(world_snaps(1)[0]), **changes}
 
 
-def with_gpu(**changes: object) -> dict[str, object]:
+def with_gpu(**changes: object) -> dict[str, Any]:
     doc = valid_record()
-    doc["gpus"] = [{**doc["gpus"][0], **changes}]  # type: ignore[index, dict-item]
+    doc["gpus"] = [{**doc["gpus"][0], **changes}]
     return doc
 
 
-def with_process(**changes: object) -> dict[str, object]:
+def with_process(**changes: object) -> dict[str, Any]:
     doc = valid_record()
-    doc["processes"] = [{**doc["processes"][0], **changes}]  # type: ignore[index, dict-item]
+    doc["processes"] = [{**doc["processes"][0], **changes}]
     return doc
 
 
@@ -358,7 +359,7 @@ def test_strings_of_a_recording_are_printable_when_read(tmp_path: Path) -> None:
         devices=["/dev/nvidia0\x1b[0m"],
     )
     doc.update(hostname="box\x1b]0;title\x07", errors=["\x1b[31mred"])
-    doc["gpus"][0]["name"] = "H100\x07"  # type: ignore[index]
+    doc["gpus"][0]["name"] = "H100\x07"
     path = tmp_path / "escapes.jsonl"
     path.write_text(line_of(doc) + "\n")
     (snap,) = load_recording(path).snapshots
@@ -449,7 +450,7 @@ def test_replay_interval_is_the_recording_spacing_within_bounds() -> None:
 def test_an_agent_reply_nested_as_deep_as_json_allows_never_crashes_the_reader(tmp_path: Path) -> None:
     """Within what Python's parser takes, the reply is the agent parser's to judge: a snapshot with it is
     read (the reply refused inside it) or counted, never an exception."""
-    deep = {"progress": {}}
+    deep: dict[str, Any] = {"progress": {}}
     for _ in range(900):
         deep = {"a": deep}
     good = world_snaps(1)[0]

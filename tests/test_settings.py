@@ -479,9 +479,9 @@ def test_a_failed_write_leaves_the_old_file(
 
             write = flush = fileno = no_space
 
-        monkeypatch.setattr(settings.os, "fdopen", Full)
+        monkeypatch.setattr(os, "fdopen", Full)
     else:
-        monkeypatch.setattr(settings.os, failing, no_space)
+        monkeypatch.setattr(os, failing, no_space)
     warning = save(Settings(), config)
     monkeypatch.undo()
     assert_one_line(warning, config, "not saved", "No space left on device")

@@ -18,6 +18,8 @@ import pytest
 
 from tests.ui.pty_run import PtyRun
 
+pytestmark = pytest.mark.terminal
+
 ARGS = ["--demo", "--demo-gpus", "2"]
 
 

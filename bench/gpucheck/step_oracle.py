@@ -95,7 +95,7 @@ def compare(rule: str, smi: Any, mine: tuple[Any, Any]) -> bool:
         return str(smi).lower() == str(a).lower() or (isinstance(smi, float) and smi == a)
     if rule == "bits":
         # Reasons come and go within a second: nvidia-smi's set lies within the union of ours.
-        return (smi & ~((a or 0) | (b or 0))) == 0 or (smi == 0 and (a == 0 or b == 0))
+        return bool((smi & ~((a or 0) | (b or 0))) == 0 or (smi == 0 and (a == 0 or b == 0)))  # smi: Any
     if rule.startswith("moves:"):
         tol = float(rule.split(":")[1])
         values = [float(v) for v in (a, b) if v is not None]

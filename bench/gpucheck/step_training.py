@@ -65,7 +65,8 @@ def held(directory: Path) -> dict[str, Any] | None:
     (directory / "hold").touch()
     if not until((directory / "stats.json").exists, 20):
         return None
-    return json.loads((directory / "stats.json").read_text())
+    stats: dict[str, Any] = json.loads((directory / "stats.json").read_text())
+    return stats
 
 
 def release(directory: Path) -> None:

@@ -46,9 +46,9 @@ def run(r: Result) -> None:
             "the GPU's pane and the job's row on screen",
         )
         cpu = numbers["cpu_percent_of_core"]
-        r.check("CPU % of a core at 1 Hz", cpu is not None and cpu <= 5.0, cpu, "<= 5 %")
+        r.check("CPU % of a core at 1 Hz", isinstance(cpu, (int, float)) and cpu <= 5.0, cpu, "<= 5 %")
         rss = numbers["peak_rss_mib"]
-        r.check("peak RSS", rss is not None and rss <= 80, rss, "<= 80 MiB")
+        r.check("peak RSS", isinstance(rss, (int, float)) and rss <= 80, rss, "<= 80 MiB")
         asyncio.run(screenshot())
         shot = out_dir() / "main-120x40.svg"
         r.check(

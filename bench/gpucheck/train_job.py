@@ -13,21 +13,22 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 
-class Slow(Dataset):
+class Slow(Dataset[tuple[torch.Tensor, int]]):
     def __len__(self) -> int:
         return 1 << 30
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         time.sleep(0.004)  # a dataset that reads and decodes: the loop waits for it
         return torch.randn(256), i % 10
 
 
-def own_stats() -> dict:
+def own_stats() -> dict[str, Any]:
     stats = torch.cuda.memory_stats()
     segments = torch.cuda.memory_snapshot()
     free_blocks = [b["size"] for s in segments for b in s["blocks"] if b["state"] == "inactive"]

@@ -1,1 +1,2 @@
-"""What gputui does to processes: signals (kill, with the create-time check), the kill plan, attach."""
+"""What gputui does to processes: signals (kill, with the create-time check), the kill plan, stacks
+(py-spy), attach."""

@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 import psutil
 
@@ -29,11 +30,15 @@ class Target:
     label: str = ""
 
 
+# What became of one signal; the strings are what the UI says.
+Result = Literal["sent", "gone", "already gone", "permission denied", "refused", "still alive"]
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     target: Target
     signal: str
-    result: str  # sent, gone, already gone, permission denied, refused, still alive
+    result: Result
     detail: str = ""
 
     @property
@@ -186,7 +191,7 @@ def _send_one(target: Target, sig_name: str, sig: int) -> Outcome:
         return Outcome(target, sig_name, "refused", why)
     proc = _matches(target)
     if isinstance(proc, str):
-        result = "already gone" if proc == "already gone" else "refused"
+        result: Result = "already gone" if proc == "already gone" else "refused"
         return Outcome(target, sig_name, result, "" if result == "already gone" else proc)
     try:
         os.kill(target.pid, sig)

@@ -34,7 +34,7 @@ _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 def peer_uid(conn: socket.socket) -> int | None:
     try:
         _, uid, _ = _CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
-        return uid
+        return int(uid)  # struct answers Any
     except (OSError, AttributeError):
         return None
 

@@ -4,21 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final, TypeGuard, get_args
 
-from gputui.model import ProcessRow, Snapshot
+from gputui.model import Category, ProcessRow, Snapshot
 from gputui.units import fmt_bytes
 
-OK = "ok"
-WORKER = "worker"  # holds a device, not in NVML's list, but a child of a GPU process: a data-loader worker
-DEFUNCT = "defunct"  # state Z: exited; only its parent can reap it
-STUCK = "stuck"  # state D (uninterruptible, often in the driver) or T (stopped)
-ORPHAN = "orphan"  # holds a device and its parent is gone (reparented to init or a subreaper)
-UNSEEN = "unseen"  # holds a device, NVML lists no memory for it, and no GPU process is its parent
-NVML_ONLY = "nvml-only"  # NVML lists it, this PID namespace cannot see it (a container), or it is gone
-NO_PERMISSION = "no-permission"  # its /proc/PID/fd is not readable: the device files it holds are unknown
-HUNG = "hung"  # no progress while its GPU busy-waits (a collective): set by the sampler, see collect.hung
+OK: Final = "ok"
+# holds a device, not in NVML's list, but a child of a GPU process: a data-loader worker
+WORKER: Final = "worker"
+DEFUNCT: Final = "defunct"  # state Z: exited; only its parent can reap it
+STUCK: Final = "stuck"  # state D (uninterruptible, often in the driver) or T (stopped)
+ORPHAN: Final = "orphan"  # holds a device and its parent is gone (reparented to init or a subreaper)
+UNSEEN: Final = "unseen"  # holds a device, NVML lists no memory for it, and no GPU process is its parent
+NVML_ONLY: Final = "nvml-only"  # NVML lists it, this PID namespace cannot see it (a container), or it is gone
+# its /proc/PID/fd is not readable: the device files it holds are unknown
+NO_PERMISSION: Final = "no-permission"
+# no progress while its GPU busy-waits (a collective): set by the sampler, see analyze.hung
+HUNG: Final = "hung"
 
-SUSPICIOUS = frozenset({DEFUNCT, STUCK, ORPHAN, UNSEEN, NVML_ONLY, NO_PERMISSION, HUNG})
+SUSPICIOUS: frozenset[Category] = frozenset({DEFUNCT, STUCK, ORPHAN, UNSEEN, NVML_ONLY, NO_PERMISSION, HUNG})
+CATEGORIES: tuple[Category, ...] = get_args(Category)
+
+
+def is_category(name: str) -> TypeGuard[Category]:
+    return name in CATEGORIES
+
+
 # Parents known to adopt orphans, by name: only a hint on top of what /proc says (Facts.adopted), which
 # recognises any adopter.
 SUBREAPERS = frozenset(
@@ -54,7 +65,7 @@ def _short(devices: tuple[str, ...]) -> str:
     return "/dev/" + (", /dev/".join(gpus) if gpus else ", /dev/".join(names))
 
 
-def classify(f: Facts) -> tuple[str, str]:
+def classify(f: Facts) -> tuple[Category, str]:
     """(class, reason). The reason strings together the facts that matter, most telling first."""
     if not f.visible and f.hidden_by:
         return NVML_ONLY, (

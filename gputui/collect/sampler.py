@@ -6,10 +6,10 @@ import dataclasses
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gputui.analyze import classify, forecast, hung
 from gputui.analyze.history import History
@@ -17,13 +17,66 @@ from gputui.collect.agents.client import AgentPoller
 from gputui.collect.host import HostSampler
 from gputui.collect.procs.holders import HolderScanner
 from gputui.collect.procs.join import ProcessJoiner
-from gputui.collect.sources.base import GpuSource, SourceInfo, SourceUnavailable
+from gputui.collect.sources.base import GpuSource, Named, SourceInfo, SourceUnavailable
 from gputui.model import AgentReport, GpuSample, Owner, ProcessRow, Snapshot, unaccounted_memory
 
 if TYPE_CHECKING:
     from gputui.collect.procs.owners import Found, Owners
 
 TREND_EVERY_S = 5.0  # a process's memory trend is recomputed at most this often
+
+
+class Seekable(Protocol):
+    """A sampler that plays a recording back: the play position moves both ways."""
+
+    @property
+    def position(self) -> int:
+        """How many snapshots were played."""
+        ...
+
+    @property
+    def snapshots(self) -> Sequence[Snapshot]: ...
+
+    @property
+    def played(self) -> Sequence[Snapshot]: ...
+
+    def seek(self, delta: int) -> int:
+        """Move the play position by `delta` snapshots; the new position."""
+        ...
+
+
+class Sampling(Protocol):
+    """What the monitor samples through: the live Sampler, or a ReplaySampler playing snapshots back."""
+
+    want_relatives: bool  # the tree view sets it: parents and children too
+
+    @property
+    def source(self) -> Named: ...
+
+    @property
+    def info(self) -> SourceInfo | None:
+        """None until open()."""
+        ...
+
+    @property
+    def agents(self) -> AgentPoller | None:
+        """The poller that asks the agents, where the sampler asks live ones."""
+        ...
+
+    @property
+    def seekable(self) -> Seekable | None:
+        """The play controls, for a recording; None when live."""
+        ...
+
+    def open(self) -> SourceInfo: ...
+
+    def tick(self) -> Snapshot: ...
+
+    def close(self) -> None: ...
+
+    def memory_split(self, pid: int, create_time: float | None) -> forecast.Split | None:
+        """With an agent: whether allocated or only reserved memory grows (None: not known here)."""
+        ...
 
 
 class Sampler:
@@ -171,7 +224,7 @@ class Sampler:
         self.ticks += 1
         return snap
 
-    def _with_trends(
+    def _with_trends(  # noqa: C901
         self,
         rows: tuple[ProcessRow, ...],
         gpus: tuple[GpuSample, ...],
@@ -274,6 +327,11 @@ class Sampler:
             own_sm=own.spinning(now, self.hung_rules.quiet_s),
             sharing=others,
         )
+
+    @property
+    def seekable(self) -> None:
+        """Live: no play position to move."""
+        return None
 
     def memory_split(self, pid: int, create_time: float | None) -> forecast.Split | None:
         """With an agent: whether allocated (a leak) or only reserved (fragmentation) grows."""

@@ -420,7 +420,7 @@ class FleetReader:
             hosts=tuple(hosts), start=start, end=end, step=self.step, fetched_at=now, detail=detail
         )
 
-    def _hosts(
+    def _hosts(  # noqa: C901
         self,
         util_range: list[Series],
         latest: list[Sample],

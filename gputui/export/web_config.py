@@ -189,7 +189,7 @@ def _load(path: Path) -> WebConfig:
 # -- the parts of the file -----------------------------------------------------------------------------
 
 
-def _tls(tls: dict[str, Any], base: Path) -> tuple[ssl.SSLContext, frozenset[str] | None]:
+def _tls(tls: dict[str, Any], base: Path) -> tuple[ssl.SSLContext, frozenset[str] | None]:  # noqa: C901
     def text(key: str) -> str:
         value = tls.get(key)
         if value is None:

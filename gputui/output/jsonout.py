@@ -243,7 +243,8 @@ def dumps(snap: Snapshot, indent: int | None = None) -> str:
 
 def schema() -> dict[str, Any]:
     text = resources.files("gputui").joinpath(f"schema/snapshot-v{SCHEMA_VERSION}.json").read_text()
-    return json.loads(text)
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
 
 
 def _plain(d: dict[str, Any]) -> dict[str, Any]:

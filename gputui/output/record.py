@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from gputui.collect.pace import Pacer
 from gputui.model import Snapshot
@@ -136,7 +136,7 @@ class Recorder:
         self.gzip = path is not None and path.name.endswith(".gz")
         self._fd: int | None = None
         self._pending = b""  # written before the next record: the CSV header, or a newline
-        self._z: Any = None  # the gzip stream being written (zlib's Compress object)
+        self._z: zlib._Compress | None = None  # the gzip stream being written
         self.written = 0
 
     @property
@@ -192,12 +192,12 @@ class Recorder:
         self.written += 1
 
     def _compressed(self, data: bytes) -> bytes:
-        head = b""
-        if self._z is None:  # a new member; after one that a killed recorder left open, end that first
+        head, z = b"", self._z
+        if z is None:  # a new member; after one that a killed recorder left open, end that first
             assert self._fd is not None
             head = _END_DANGLING if _last_bytes(self._fd, len(_SYNC)) == _SYNC else b""
-            self._z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
-        return head + self._z.compress(data) + self._z.flush(zlib.Z_SYNC_FLUSH)
+            z = self._z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+        return head + z.compress(data) + z.flush(zlib.Z_SYNC_FLUSH)
 
     def _size(self) -> int:
         assert self._fd is not None
@@ -407,7 +407,7 @@ class _Gunzip:
     def __init__(self, f: BinaryIO, head: bytes = b"") -> None:
         self.f = f
         self._raw = head  # compressed bytes read but not yet decompressed
-        self._z: Any = None  # the member being decompressed; None: a header comes next
+        self._z: zlib._Decompress | None = None  # the member being decompressed; None: a header comes next
         self._eof = False  # no more compressed input
         self.offset = 0  # compressed bytes consumed, for the error's "at byte N"
 
@@ -457,17 +457,19 @@ class _Gunzip:
         while True:
             if self._z is None and not self._header():
                 return b""
+            z = self._z
+            assert z is not None  # _header() started the member
             if not self._raw and not self._fill(1):
                 return b""  # cut short (no end block, no trailer): what came is what there is
             before = len(self._raw)
             try:
-                out = self._z.decompress(self._raw, n)
+                out = z.decompress(self._raw, n)
             except zlib.error as err:
                 raise GzipError(f"{err} near byte {self.offset}") from None
-            self._raw = self._z.unconsumed_tail or self._z.unused_data
+            self._raw = z.unconsumed_tail or z.unused_data
             self.offset += before - len(self._raw)
-            if self._z.eof:
-                self._raw = self._z.unused_data
+            if z.eof:
+                self._raw = z.unused_data
                 self._fill(8)
                 self._take(8)  # CRC32 and length (see the class's docstring)
                 self._z = None

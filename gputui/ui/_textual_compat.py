@@ -27,6 +27,14 @@ changed, and the work-around may go.
 4. After a crash Textual keeps the exception only in a private attribute (App._exception); the command
    line prints it in one line. No upstream issue found. Work-around: `unhandled_exception`.
    Test: test_upstream_keeps_the_crash_in_a_private_attribute.
+
+5. Widget.refresh(*regions) records the regions in Widget._dirty_regions as well as in the repaint set;
+   only Widget._render_content (called from Widget's own render_line) ever clears it. A widget that draws
+   its lines itself (ui.widgets.canvas.Canvas) never calls that, so the set grew for as long as the app
+   ran (`make soak`: ~100 MiB/h at 4 Hz). No upstream issue found (a private cache of Widget's own
+   rendering). Work-around: `forget_dirty_regions`, after each partial refresh; the repaint itself uses
+   Widget._repaint_regions, which it leaves alone.
+   Test: test_upstream_refresh_still_keeps_regions_a_custom_render_line_never_clears.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ from rich.control import Control
 from textual.app import App
 from textual.await_complete import AwaitComplete
 from textual.screen import ModalScreen
+from textual.widget import Widget
+
+from gputui.ui._sgr import Pen
 
 TEXTUAL_VERSION = "8.2.8"  # the version every work-around here was measured on
 
@@ -49,8 +60,9 @@ _upstream_render_segments: Any = None  # Textual's own, kept for the test that w
 
 
 def _render_segments(self: Any, console: Console) -> str:
-    """ChopsUpdate.render_segments that writes each dirty span from its first cell."""
-    out: list[str] = []
+    """ChopsUpdate.render_segments that writes each dirty span from its first cell, each style change
+    as only what changed (gputui.ui._sgr)."""
+    pen = Pen(console)
     move_to = Control.move_to
     for y, x1, x2 in self.spans:
         for end, (x, strip) in zip(self.chop_ends[y], self.chops[y].items(), strict=False):
@@ -58,9 +70,9 @@ def _render_segments(self: Any, console: Console) -> str:
                 continue
             start, stop = max(x, x1), min(end, x2)
             piece = strip if (start, stop) == (x, end) else strip.crop(start - x, stop - x)
-            out.append(move_to(start, y).segment.text)  # every piece is positioned: no newlines needed
-            out.append(piece.render(console))
-    return "".join(out)
+            pen.move(move_to(start, y).segment.text)  # every piece is positioned: no newlines needed
+            pen.strip(piece)
+    return pen.done()
 
 
 def _chops_update_has_expected_shape() -> bool:
@@ -120,7 +132,8 @@ class DismissOnce(ModalScreen[ResultT]):
 
     def dismiss(self, result: ResultT | None = None) -> AwaitComplete:
         if self.closing or not self.is_active:
-            return AwaitComplete.nothing()
+            nothing: AwaitComplete = AwaitComplete.nothing()  # type: ignore[no-untyped-call]
+            return nothing
         self.closing = True
         return super().dismiss(result)
 
@@ -138,3 +151,14 @@ def would_pop_last_screen(app: App[Any]) -> bool:
 def unhandled_exception(app: App[Any]) -> BaseException | None:
     error = getattr(app, "_exception", None)
     return error if isinstance(error, BaseException) else None
+
+
+# -- 5. the dirty regions of a widget that draws its own lines ------------------------------------
+
+
+def forget_dirty_regions(widget: Widget) -> None:
+    """Empty the set Widget.refresh(*regions) fills and only Widget's own render_line empties; nothing if
+    Textual no longer has it."""
+    regions = getattr(widget, "_dirty_regions", None)
+    if isinstance(regions, set):
+        regions.clear()

@@ -1,6 +1,7 @@
 """What the monitor (GpuTuiApp) and the fleet view (FleetApp) share: quitting (q, F10, Ctrl+C, signals,
-a dropped terminal), help (?, F1), the palette that follows the theme, status messages, the exit status
-after a crash, and the one background thread each app runs.
+a dropped terminal), the keys (one table each, gputui.ui.keys: bindings, help screen, command palette),
+the palette that follows the theme, status messages, the exit status after a crash, and the one
+background thread each app runs.
 
 Reactive state on an App, two pitfalls:
 - `reactive()` repaints on every change, and App.refresh() repaints the *whole screen*: a snapshot
@@ -14,14 +15,17 @@ Reactive state on an App, two pitfalls:
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
+from functools import partial
 from typing import Any, ClassVar
 
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.await_complete import AwaitComplete
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.reactive import var
+from textual.screen import Screen
 
-from gputui.ui import _textual_compat, hangup
+from gputui.ui import _textual_compat, hangup, keys
 from gputui.ui.widgets.palette import Palette
 from gputui.ui.widgets.status import StatusLine
 
@@ -29,18 +33,11 @@ DEFAULT_THEME = "textual-dark"
 
 
 class BaseApp(App[int]):
-    """Subclasses draw; this owns the plumbing. Override `apply_palette`, `close_source` and
-    `KEYS_HELP` (not HELP: that is Textual's DOMNode.HELP, a markdown string)."""
+    """Subclasses draw; this owns the plumbing. Override `apply_palette`, `close_source`, and `KEYS`
+    with BINDINGS = KEYS.bindings() (the help screen and the palette's commands come from KEYS too)."""
 
-    # Ctrl+C quits, as in htop and nvitop. Textual binds it to "press Ctrl+Q to quit" and, in an Input,
-    # to copy: priority makes it quit wherever the focus is (there is no text selection to copy here).
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
-        Binding("f10", "quit", "Quit", show=False),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
-        Binding("question_mark,f1", "help", "Help", key_display="?"),
-    ]
-    KEYS_HELP: ClassVar[list[tuple[str, str]]] = []
+    KEYS: ClassVar[keys.KeyTable] = keys.SHARED
+    BINDINGS: ClassVar[list[BindingType]] = keys.SHARED.bindings()
 
     # The styles of the cell-drawn widgets, derived from the theme (watch_palette hands it out).
     palette: var[Palette] = var(Palette.default, init=False)
@@ -88,6 +85,21 @@ class BaseApp(App[int]):
         self._stop.set()
         self._wake.set()
 
+    def sample_now(self) -> None:
+        """Wake the background thread: fresh data now, not at the end of a long interval."""
+        self._wake.set()
+
+    def sleep_unless_woken(self, seconds: float) -> bool:
+        """On the background thread: wait `seconds`, less when woken (sample_now, stopping); True if woken."""
+        woken = self._wake.wait(seconds)
+        self._wake.clear()
+        return woken
+
+    @property
+    def stopping(self) -> bool:
+        """The app is on its way out: start nothing that outlives it."""
+        return self._stop.is_set()
+
     async def action_quit(self) -> None:
         self.stop_background()
         self.exit(0)
@@ -112,7 +124,8 @@ class BaseApp(App[int]):
     def pop_screen(self) -> AwaitComplete:
         """Never the main screen: a modal screen closed twice must not end the app (see _textual_compat)."""
         if _textual_compat.would_pop_last_screen(self):
-            return AwaitComplete.nothing()
+            nothing: AwaitComplete = AwaitComplete.nothing()  # type: ignore[no-untyped-call]  # unannotated
+            return nothing
         return super().pop_screen()
 
     # -- help and status ---------------------------------------------------------------------------
@@ -120,7 +133,14 @@ class BaseApp(App[int]):
     def action_help(self) -> None:
         from gputui.ui.screens.detail import HelpScreen
 
-        self.push_screen(HelpScreen(self.KEYS_HELP))
+        self.push_screen(HelpScreen(self.KEYS.help()))
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's commands, then the app's (KEYS), each where its key would run it (check_action)."""
+        yield from super().get_system_commands(screen)
+        for key, offer in self.KEYS.offers():
+            if self.check_action(key.name, ()):  # read-only: no Kill
+                yield SystemCommand(offer.title, offer.help, partial(self.run_action, key.action))
 
     def say(self, message: str, severity: str = "information", expire_s: float | None = None) -> None:
         """A status message; it clears itself after a few seconds (`expire_s`: after that long instead).

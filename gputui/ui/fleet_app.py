@@ -12,14 +12,16 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.message import Message
 from textual.reactive import var
 from textual.worker import get_current_worker
 
 from gputui.export.fleet import SORTS, FleetHost, FleetReader, FleetView, sort_hosts
+from gputui.ui import keys
 from gputui.ui.base_app import BaseApp
 from gputui.ui.screens.fleet_host import HostScreen, window_label
+from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import CellCanvas, Line
 from gputui.ui.widgets.fleet_table import FleetTable
 from gputui.ui.widgets.key_bar import KeyBar
@@ -40,7 +42,7 @@ class FleetReady(Message):
 
 
 class FleetHeader(CellCanvas):
-    DEFAULT_CSS = "FleetHeader { height: 1; }"
+    DEFAULT_CSS = tcss("FleetHeader")
 
     def __init__(self, url: str, *, tls_verified: bool = True, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -68,7 +70,7 @@ class FleetHeader(CellCanvas):
 class Banner(CellCanvas):
     """Why the data may be old: Prometheus unreachable, slow or refusing; hosts gone stale."""
 
-    DEFAULT_CSS = "Banner { height: 1; }"
+    DEFAULT_CSS = tcss("Banner")
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -108,27 +110,9 @@ class Banner(CellCanvas):
 
 class FleetApp(BaseApp):
     TITLE = "gputui fleet"
-    CSS = "Screen { layout: vertical; }"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        *BaseApp.BINDINGS,
-        Binding("s,f6", "sort_next", "Sort", key_display="s"),
-        Binding("b", "sort('busy')", "Busy"),
-        Binding("i", "sort('idle')", "Idle"),
-        Binding("m", "sort('memory')", "Memory"),
-        Binding("n", "sort('name')", "Name", show=False),
-        Binding("d", "sort('dips')", "Dips", show=False),
-        Binding("z", "sort('zombies')", "Zombies", show=False),
-        Binding("r,f5", "refresh", "Refresh", key_display="r"),
-    ]
-    KEYS_HELP: ClassVar[list[tuple[str, str]]] = [
-        ("Enter", "open the host under the cursor: its GPUs, processes, zombies, allocators (Esc: back)"),
-        ("s  F6", "sort by the next key: busy, idle, memory, dips, zombies, name (or click a column)"),
-        ("b / i / m", "sort: busiest first / idlest first / fullest memory first"),
-        ("d / z / n", "sort: most dips / most zombies / by name"),
-        ("r  F5", "refresh now (also retries at once after an error)"),
-        ("?  F1", "this help"),
-        ("q  F10  Ctrl+C", "quit"),
-    ]
+    CSS = tcss("FleetApp")
+    KEYS = keys.FLEET  # the bindings, the help screen, the palette's commands
+    BINDINGS: ClassVar[list[BindingType]] = keys.FLEET.bindings()
 
     sort: var[str] = var("busy", init=False)  # -> the header, the table's order
 
@@ -180,8 +164,7 @@ class FleetApp(BaseApp):
                 self.post_message(FleetReady(view))
             except RuntimeError:  # the app closed its loop while this thread waited on Prometheus
                 return
-            self._wake.wait(delay)
-            self._wake.clear()
+            self.sleep_unless_woken(delay)
 
     def on_fleet_ready(self, message: FleetReady) -> None:
         self.show(message.view)

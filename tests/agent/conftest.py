@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ def module_agent() -> Iterator[None]:
         server.stop()
 
 
-def request(path: Path, message: dict, timeout: float = 5.0) -> dict:
+def request(path: Path, message: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
     """A plain client for the tests: one request, one reply, no checks (the monitor's own client,
     gputui.collect.agents.client, verifies whom it talks to)."""
     with connect(path, timeout) as sock:
@@ -78,7 +79,7 @@ def read_all(sock: socket.socket, deadline_s: float = 5.0) -> bytes:
     return data
 
 
-def exchange(path: Path, payload: bytes, deadline_s: float = 5.0) -> list[dict]:
+def exchange(path: Path, payload: bytes, deadline_s: float = 5.0) -> list[dict[str, Any]]:
     """Send raw bytes, close our side, and return every reply line the agent sent before closing."""
     with connect(path, timeout=deadline_s) as sock:
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -88,7 +89,7 @@ def exchange(path: Path, payload: bytes, deadline_s: float = 5.0) -> list[dict]:
     return [json.loads(line) for line in data.split(b"\n") if line]
 
 
-def lines(sock: socket.socket) -> Iterator[dict]:
+def lines(sock: socket.socket) -> Iterator[dict[str, Any]]:
     """The replies on one connection, one at a time."""
     with sock.makefile("rb") as f:
         while line := f.readline():

@@ -65,7 +65,7 @@ def agent_cli(*args: str, **options: Any) -> subprocess.CompletedProcess[str]:
     )
 
 
-def probe(argv: list[str], env: dict[str, str]) -> dict:
+def probe(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     """Start the job, read what it says about itself, ask its agent (if any), let it go."""
     proc = subprocess.Popen(
         argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

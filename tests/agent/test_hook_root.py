@@ -15,6 +15,7 @@ import stat
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,7 +48,7 @@ def chown_tree(root: Path, uid: int, gid: int | None = None) -> None:
             os.lchown(os.path.join(where, name), uid, gid)
 
 
-def fake_python(venv: Path, marker: Path, answer: dict | None = None, *, cfg: bool = True) -> Path:
+def fake_python(venv: Path, marker: Path, answer: dict[str, Any] | None = None, *, cfg: bool = True) -> Path:
     """A venv whose `python` is a shell script: it appends the uid it runs as to `marker`, then answers
     as an interpreter would (or with `answer`)."""
     purelib = venv / "lib" / "python3.11" / "site-packages"
@@ -271,7 +272,7 @@ def test_the_cli_says_whose_environment_it_acted_in(alice: Path) -> None:
 # -- what the interpreter prints is checked (any user) -----------------------------------------------------
 
 
-def _answer(venv: Path, **changes: object) -> dict:
+def _answer(venv: Path, **changes: object) -> dict[str, Any]:
     purelib = venv / "lib" / "python3.11" / "site-packages"
     return {"purelib": str(purelib), "version": VERSION, "prefix": str(venv), **changes}
 
@@ -289,7 +290,7 @@ def _answer(venv: Path, **changes: object) -> dict:
         ({"purelib": ["/x"]}, "not a Python interpreter"),
     ],
 )
-def test_what_the_interpreter_says_is_checked(top: Path, changes: dict, why: str) -> None:
+def test_what_the_interpreter_says_is_checked(top: Path, changes: dict[str, Any], why: str) -> None:
     venv = top / "venv"
     changes = {k: v.format(venv=venv) if isinstance(v, str) else v for k, v in changes.items()}
     python = fake_python(venv, top / "ran-as", _answer(venv, **changes))

@@ -5,6 +5,7 @@ loop's tick reads the allocator, the doctor reads the ring."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
@@ -31,7 +32,7 @@ from gputui.collect.agents.reply import (
 )
 from gputui.doctor import process
 from tests.agent.conftest import request, stop_agent
-from tests.processes import wait_until
+from tests.helpers import wait_until
 
 MIB = 1 << 20
 
@@ -254,6 +255,8 @@ def scripted(tmp_path: Path) -> Iterator[tuple[Path, list[bytes]]]:
     try:
         yield directory, lines
     finally:
+        with contextlib.suppress(OSError):  # wakes the accept() (a close alone leaves it waiting)
+            sock.shutdown(socket.SHUT_RDWR)
         sock.close()
         thread.join(timeout=5)
 

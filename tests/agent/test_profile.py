@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def test_union_counts_overlaps_once() -> None:
     assert profile.union_us([(20, 30), (0, 10)]) == 20
 
 
-def _trace(kernels: list[tuple[float, float]]) -> dict:
+def _trace(kernels: list[tuple[float, float]]) -> dict[str, Any]:
     events: list[object] = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 1e6}]
     events += [{"ph": "X", "cat": "kernel", "name": "k", "ts": ts, "dur": dur} for ts, dur in kernels]
     events += ["junk", {"cat": "kernel", "ph": "X", "ts": "x", "dur": 1}]  # ignored, not fatal
@@ -56,14 +57,14 @@ def test_verdicts(kernels: list[tuple[float, float]], wait: float, expected: str
 # -- the agent's ops ------------------------------------------------------------------------------
 
 
-def _ask(agent: Agent, message: dict) -> dict:
+def _ask(agent: Agent, message: dict[str, Any]) -> dict[str, Any]:
     return agent.answer(protocol.encode(message))
 
 
 @pytest.mark.parametrize(
     "params", [{"steps": 0}, {"steps": 10**6}, {"steps": True}, {"steps": "20"}, {"max_seconds": 1e9}]
 )
-def test_profile_bounds_its_parameters(agent: Agent, params: dict) -> None:
+def test_profile_bounds_its_parameters(agent: Agent, params: dict[str, Any]) -> None:
     reply = _ask(agent, {"v": 1, "op": "profile", **params})
     assert reply["ok"] is False and "not a number in" in reply["error"]
     assert agent.profiler.state == profile.IDLE
@@ -126,7 +127,7 @@ def test_a_good_status_parses_and_its_strings_are_made_printable() -> None:
         ({"summary": []}, "profile.summary"),
     ],
 )
-def test_a_hostile_status_is_refused(change: dict, where: str) -> None:
+def test_a_hostile_status_is_refused(change: dict[str, Any], where: str) -> None:
     with pytest.raises(BadReply, match=where.replace("[", r"\[").replace("]", r"\]")):
         parse_status({**GOOD, **change})
 
@@ -177,7 +178,7 @@ def _profile_of(kind: str, procs: list[subprocess.Popen[str]]) -> ProfileStatus:
     assert "the next 10 steps" in reply["message"]
     busy = poller.act(proc.pid, "profile", steps=10, max_seconds=30)  # one at a time
     assert not busy["ok"] or "next 10 steps" in busy["message"]  # refused while recording; waiting: replaced
-    status = None
+    status: ProfileStatus | None = None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         answer = poller.act(proc.pid, "profile_status")

@@ -11,6 +11,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,14 +23,14 @@ from gputui.collect.sources.demo import DemoSource
 STARTUP_S = 45.0  # importing torch on a loaded CI machine
 
 
-def gputui_run(*command: str, env: dict[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:
+def gputui_run(*command: str, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "gputui", "run", *command],
         env=env,
         text=True,
         stdin=subprocess.DEVNULL,
         **kwargs,
-    )  # type: ignore[call-overload]
+    )
 
 
 @pytest.fixture
@@ -202,6 +203,7 @@ def test_sampler_picks_up_an_agent(tmp_path: Path, module_agent: None) -> None:
     pytest.importorskip("torch")  # the agent reports torch once the process has imported it
     directory = tmp_path / "run"
     agent = server.start(directory=directory)
+    assert agent is not None
     sampler = Sampler(DemoSource(gpus=1, workers=0), agents=agents.AgentPoller(directory))
     try:
         sampler.open()

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from tests.agent.conftest import connect, exchange, lines, read_all, request, st
 from tests.users import NOBODY, become
 
 
-def hello(agent: Agent) -> dict:
+def hello(agent: Agent) -> dict[str, Any]:
     assert agent.path is not None
     return request(agent.path, {"op": "hello"}, timeout=5.0)
 
@@ -35,7 +36,7 @@ def assert_alive(agent: Agent) -> None:
     assert reply["ok"] is True and reply["pid"] == os.getpid()
 
 
-def assert_error(replies: list[dict]) -> None:
+def assert_error(replies: list[dict[str, Any]]) -> None:
     assert len(replies) <= 1, replies
     for reply in replies:
         assert reply["v"] == protocol.VERSION
@@ -71,6 +72,7 @@ def test_hello_and_stats(agent: Agent) -> None:
 
 def test_discover_and_poll(agent: Agent, tmp_path: Path) -> None:
     directory = tmp_path / "run"
+    assert agent.path is not None
     assert agents.discover(directory) == {
         os.getpid(): agents.AgentSocket(os.getpid(), os.getuid(), agent.path)
     }
@@ -294,7 +296,7 @@ def test_fuzz(agent: Agent) -> None:
 
 
 def test_answer_never_raises(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom() -> dict:
+    def boom() -> dict[str, Any]:
         raise RuntimeError("allocator exploded")
 
     monkeypatch.setattr(agent.stats, "collect", boom)
@@ -339,7 +341,7 @@ def test_peer_of_another_uid_is_refused(world_reachable_agent: Agent) -> None:
         try:
             os.close(read_end)
             become(NOBODY)
-            result: dict = {"uid": os.getuid(), "data": ""}
+            result: dict[str, Any] = {"uid": os.getuid(), "data": ""}
             try:
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                     sock.settimeout(5)
@@ -411,13 +413,13 @@ def test_stop_before_start_is_harmless(tmp_path: Path) -> None:
 def test_module_start_twice_returns_the_same_agent(tmp_path: Path, module_agent: None) -> None:
     first = server.start(directory=tmp_path / "run")
     second = server.start(directory=tmp_path / "run")
-    assert first is second and first.running
+    assert first is not None and first is second and first.running
     assert first.path is not None and agents.discover(tmp_path / "run")[os.getpid()].path == first.path
     server.stop()
     assert not first.running and first.path is not None and not first.path.exists()
     third = server.start(directory=tmp_path / "run")
-    assert third is not first and third.running
-    assert request(third.path, {"op": "hello"})["ok"]  # type: ignore[arg-type]
+    assert third is not None and third is not first and third.running and third.path is not None
+    assert request(third.path, {"op": "hello"})["ok"]
     server.stop()
     server.stop()  # twice is fine
 
@@ -484,7 +486,7 @@ def test_poll_skips_an_agent_that_does_not_answer(tmp_path: Path) -> None:
     try:
         start = time.monotonic()
         report = agents.AgentPoller(directory).poll()[os.getpid()]
-        assert time.monotonic() - start < 0.5
+        assert time.monotonic() - start < 2.0  # the deadline (0.15 s), else never: slack for load
         assert report.status == "slow" and "no reply within 150 ms" in report.error
     finally:
         listener.close()

@@ -3,6 +3,7 @@ stalled; while it steps, no alarm. The GPU side (busy at idle power) is scripted
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 import time
@@ -38,10 +39,9 @@ def spinning_gpu(now: float) -> hung.GpuWindow:
     return w
 
 
-def test_a_job_that_stops_stepping_is_stalled(procs: list) -> None:  # noqa: F811
+@pytest.mark.slow
+def test_a_job_that_stops_stepping_is_stalled(procs: list[subprocess.Popen[str]]) -> None:  # noqa: F811
     pytest.importorskip("torch")
-    import subprocess
-
     proc = gputui_run("--", sys.executable, "-c", JOB, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     procs.append(proc)
     poller = agents.AgentPoller()

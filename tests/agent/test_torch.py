@@ -399,7 +399,7 @@ def test_segments_summary_edge_cases() -> None:
 # -- DataLoader progress --------------------------------------------------------------------------
 
 
-class Items(Dataset):
+class Items(Dataset[int]):
     def __init__(self, n: int, delay: float) -> None:
         self.n, self.delay = n, delay
 

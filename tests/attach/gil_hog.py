@@ -45,6 +45,9 @@ def main(seconds: float) -> None:
         time.sleep(0.05)
 
 
+HOLD_S = 6.0  # the tests' job: how long its C call holds the GIL (a debugger waits in it all that time)
+
+
 class Hog:
     """The job, started; every line it printed is kept."""
 
@@ -59,7 +62,7 @@ class Hog:
         self.lines: list[str] = []
         self._lock = threading.Lock()
         threading.Thread(target=self._read, name="hog-reader", daemon=True).start()
-        assert wait_until(lambda: "ready" in self.said(), 20.0), "the job did not start"
+        assert _wait_until(lambda: "ready" in self.said(), 20.0), "the job did not start"
         time.sleep(0.2)  # its libpython's symbols are mapped: a debugger finds PyGILState_Ensure
 
     @property
@@ -87,13 +90,13 @@ class Hog:
     def hold_briefly(self) -> None:
         """A hold of 10 ms: from then on the job ticks, its GIL free for a debugger at once."""
         self._go("0.01")
-        assert wait_until(lambda: self.ticks() >= 1, 5.0)
+        assert _wait_until(lambda: self.ticks() >= 1, 5.0)
 
     def _go(self, line: str) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
-        assert wait_until(lambda: "holding" in self.said(), 5.0)
+        assert _wait_until(lambda: "holding" in self.said(), 5.0)
 
     def state(self) -> str:
         """Its threads' states (R, S, t, T, ...), one letter each."""
@@ -131,7 +134,7 @@ class Hog:
     def runs_on(self, within: float) -> bool:
         """It ticks (5 more than now) within `within` seconds."""
         ticks = self.ticks()
-        return wait_until(lambda: self.ticks() >= ticks + 5, within)
+        return _wait_until(lambda: self.ticks() >= ticks + 5, within)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -139,7 +142,8 @@ class Hog:
         self.proc.wait(timeout=10)
 
 
-def wait_until(pred, timeout: float, step: float = 0.02) -> bool:  # type: ignore[no-untyped-def]
+# Not tests/helpers.py's: this file runs as a program too, where the `tests` package is not importable.
+def _wait_until(pred, timeout: float, step: float = 0.02) -> bool:  # type: ignore[no-untyped-def]
     end = time.monotonic() + timeout
     while True:
         if pred():

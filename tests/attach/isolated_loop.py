@@ -30,7 +30,7 @@ if __name__ == "__main__":
         sys.exit(3)
     # train_loop.py beside this file (its directory holds no gputui: it is not the checkout's root).
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import train_loop
+    train_loop = importlib.import_module("train_loop")  # by name: a module of this directory, not tests.*
 
     if gputui_importable():
         sys.stderr.write("isolated_loop: gputui is importable from this file's directory\n")

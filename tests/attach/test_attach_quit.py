@@ -22,30 +22,21 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gputui.actions.attach import Outcome, debugger, run
 from gputui.collect.agents.client import AgentPoller
-from tests.attach.gil_hog import Hog, copies_for, debuggers_of, wait_queued, wait_until
+from tests.attach.gil_hog import HOLD_S, Hog, copies_for, debuggers_of, wait_queued
+from tests.helpers import wait_until
 from tests.ui.pty_run import PtyRun
 
 pytestmark = pytest.mark.skipif(
     shutil.which("gdb") is None or os.geteuid() != 0, reason="needs gdb, and root (ptrace)"
 )
-HOLD_S = 6.0
 QUICK_S = 0.5  # abandon() waits for nothing
-
-
-@pytest.fixture
-def hog() -> Iterator[Hog]:
-    job = Hog(HOLD_S)
-    try:
-        yield job
-    finally:
-        job.close()
 
 
 def _slow(monkeypatch: pytest.MonkeyPatch, seconds: int, before: Callable[[str], bool]) -> None:
@@ -107,6 +98,7 @@ class Attaching(threading.Thread):
         self.outcome = run.attach(self.pid, self.timeout)
 
 
+@pytest.mark.slow
 def test_a_job_whose_gil_a_long_call_holds_is_queued_and_never_held(hog: Hog) -> None:
     """gdb queues the bootstrap and is gone in a fraction of a second; the agent answers once the job's
     main thread runs Python again, and the copy is kept until then."""
@@ -123,6 +115,7 @@ def test_a_job_whose_gil_a_long_call_holds_is_queued_and_never_held(hog: Hog) ->
     assert_runs_on(hog, copy, agent=True)
 
 
+@pytest.mark.slow
 def test_quitting_while_the_agent_is_awaited_leaves_the_bootstrap_queued(hog: Hog) -> None:
     hog.hold()
     attaching = Attaching(hog.pid)
@@ -231,6 +224,8 @@ def _leave(run_: PtyRun, how: str) -> None:
         os.killpg(run_.proc.pid, getattr(signal, how))
 
 
+@pytest.mark.slow
+@pytest.mark.terminal
 @pytest.mark.parametrize("how", ["ctrl+c", "SIGHUP", "SIGTERM"])
 def test_gputui_attach_interrupted_while_the_agent_is_awaited(hog: Hog, how: str) -> None:
     """Whatever reaches gputui's process group, the janitor and its copy are not in it: the bootstrap

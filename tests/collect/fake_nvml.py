@@ -67,7 +67,7 @@ import time as _time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pynvml
 
@@ -82,6 +82,14 @@ class _Any:
 ANY: Any = _Any()  # in fail(): any argument
 
 NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE for unsigned long long
+
+# NVML's return codes, typed once (pynvml has no annotations)
+SUCCESS: int = pynvml.NVML_SUCCESS
+INVALID_ARGUMENT: int = pynvml.NVML_ERROR_INVALID_ARGUMENT
+INSUFFICIENT_SIZE: int = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+FEATURE_ENABLED: int = pynvml.NVML_FEATURE_ENABLED
+
+_T = TypeVar("_T")
 
 
 # -- the driver's process structures, as nvml.h declares them --------------------------------------------
@@ -295,7 +303,7 @@ class _Growth:
 _HANDLE_BASE = 0x7F00_0000_1000  # FakeHandle(i) points at _HANDLE_BASE + i * 0x100: never dereferenced
 
 
-class FakeHandle(pynvml.c_nvmlDevice_t):  # type: ignore[misc,valid-type]
+class FakeHandle(pynvml.c_nvmlDevice_t):  # type: ignore[misc]  # pynvml is untyped (Any)
     """A device handle: a real c_nvmlDevice_t, as the binding returns, with a made-up address that is
     the same for every handle of one GPU (so an event's device pointer names its GPU)."""
 
@@ -361,9 +369,10 @@ class FakeEventSet:
         self.waits = 0
 
 
-def _nvml_error(error: Any) -> BaseException:
+def _nvml_error(error: int | type[BaseException] | BaseException) -> BaseException:
     if isinstance(error, int):
-        return pynvml.NVMLError(error)
+        nvml_error: BaseException = pynvml.NVMLError(error)
+        return nvml_error
     if isinstance(error, type):
         return error()
     return error
@@ -628,7 +637,7 @@ class FakeNvml:
         return gpu
 
     @staticmethod
-    def _supported(value: Any) -> Any:
+    def _supported(value: _T | None) -> _T:
         if value is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return value
@@ -1064,7 +1073,7 @@ class FakeNvml:
         links = self._supported(gpu.nvlink_tx_kib)
         if not 0 <= link < len(links):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return pynvml.NVML_FEATURE_ENABLED
+        return FEATURE_ENABLED
 
     # -- health ---------------------------------------------------------------------------------------
 
@@ -1225,7 +1234,7 @@ class FakeNvml:
                 count = getattr(count_ref, "contents", None)
             if not isinstance(count, ctypes.c_uint):
                 self._violation(f"{symbol}: infoCount is not a pointer to an unsigned int: {count_ref!r}")
-                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+                return INVALID_ARGUMENT
             error = self._injected(gpu.index, (base, symbol), None)
             if error is not None:
                 if not isinstance(error, int):
@@ -1236,19 +1245,19 @@ class FakeNvml:
             if buf is None:
                 count.value = needed
                 self._grow(gpu, kind)  # new processes start between this call and the next
-                return pynvml.NVML_SUCCESS if needed == 0 else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+                return SUCCESS if needed == 0 else INSUFFICIENT_SIZE
             capacity = count.value
             element = getattr(type(buf), "_type_", None)
             if element is None or ctypes.sizeof(element) != ctypes.sizeof(struct):
                 self._violation(f"{symbol}: buffer of {element} for a {ctypes.sizeof(struct)}-byte struct")
-                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+                return INVALID_ARGUMENT
             if ctypes.sizeof(buf) < capacity * ctypes.sizeof(struct):
                 self._violation(f"{symbol}: infoCount {capacity} exceeds the buffer")
-                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+                return INVALID_ARGUMENT
             if capacity < needed:
                 count.value = needed
                 self._grow(gpu, kind)
-                return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+                return INSUFFICIENT_SIZE
             out = ctypes.cast(buf, ctypes.POINTER(struct))
             for i, p in enumerate(procs):
                 out[i].pid = p.pid
@@ -1257,6 +1266,6 @@ class FakeNvml:
                     out[i].gpuInstanceId = p.gpu_instance
                     out[i].computeInstanceId = p.compute_instance
             count.value = needed
-            return pynvml.NVML_SUCCESS
+            return SUCCESS
 
         return fn

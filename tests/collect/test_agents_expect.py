@@ -3,6 +3,7 @@ not only at the next listing of every user's (DIRS_EVERY_S later)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def _uids(poller: AgentPoller) -> set[int]:
 def root(monkeypatch: pytest.MonkeyPatch) -> list[set[int]]:
     """gputui as root; the listing of users' directories returns what the test puts in it."""
     listed: list[set[int]] = [set()]
-    monkeypatch.setattr(agents.os, "getuid", lambda: 0)
+    monkeypatch.setattr(os, "getuid", lambda: 0)
     monkeypatch.setattr(agents, "_users_with_agents", lambda: set(listed[0]))
     monkeypatch.setattr(protocol, "candidate_dirs", lambda uid=None: (Path(f"/nonexistent/gputui-{uid}"),))
     return listed
@@ -58,7 +59,7 @@ def test_the_next_listing_decides_again(root: list[set[int]]) -> None:
 
 
 def test_a_non_root_monitor_still_looks_only_at_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agents.os, "getuid", lambda: 1000)
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
     poller = AgentPoller()
     poller.expect(USER)
     assert _uids(poller) == {1000}  # another user's directories are never this user's to read

@@ -43,7 +43,7 @@ class Counted:
     """Counts the file-system calls made while it is on: os.open, os.stat, os.lstat, os.unlink, and the
     names that os.listdir and os.scandir return, each by the path (or descriptor) it was made on."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, redirect: dict[str, Path]) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, redirect: dict[str, Path]) -> None:  # noqa: C901
         self.on = False
         self.calls: Counter[str] = Counter()
         self.names: Counter[str] = Counter()  # directory -> names read from it
@@ -64,7 +64,7 @@ class Counted:
             return call
 
         def listdir(path: Any = ".") -> list[str]:
-            out = real["listdir"](where(path))
+            out: list[str] = real["listdir"](where(path))
             if self.on:
                 self.names[str(path)] += len(out)
             return out
@@ -88,7 +88,7 @@ class Counted:
                 return self
 
             def __next__(self) -> os.DirEntry[str]:
-                entry = next(self.it)
+                entry: os.DirEntry[str] = next(self.it)
                 if counter.on:
                     counter.names[self.path] += 1
                 return entry
@@ -155,7 +155,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
                 return tmp / f"gputui-{uid}", run / str(uid) / "gputui"
 
             monkeypatch.setattr(protocol, "candidate_dirs", candidates)
-            monkeypatch.setattr(agents.os, "getuid", lambda: 0)  # the monitor runs as root
+            monkeypatch.setattr(os, "getuid", lambda: 0)  # the monitor runs as root
             counted = Counted(monkeypatch, {"/tmp": tmp, "/run/user": run})
             yield {"tmp": tmp, "run": run, "counted": counted, "impostor": impostor, "me": me}
         finally:
@@ -239,8 +239,8 @@ def test_a_flood_inside_a_directory_is_read_at_most_max_dir_entries_a_tick(tmp_p
             return exists(path)
 
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(agents.os, "unlink", unlink)
-            mp.setattr(agents.os.path, "exists", exists_counted)
+            mp.setattr(os, "unlink", unlink)
+            mp.setattr(os.path, "exists", exists_counted)
             for polls in range(1, FLOOD // CAP + 3):
                 found = poller.poll()
                 assert len(removed) <= polls * CAP, f"{len(removed)} names removed in {polls} polls"

@@ -14,7 +14,7 @@ from gputui.analyze.classify import DEFUNCT
 from gputui.collect.procs.holders import HolderScan
 from gputui.collect.procs.join import ProcessJoiner
 from gputui.model import GpuProcess
-from tests.processes import wait_until
+from tests.helpers import wait_until
 
 
 @pytest.fixture

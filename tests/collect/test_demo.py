@@ -23,11 +23,12 @@ import pytest
 from gputui.collect.sampler import Sampler
 from gputui.collect.sources.base import Reading, SourceUnavailable
 from gputui.collect.sources.demo import DemoSource
+from tests.helpers import known
+from tests.helpers import wait_until as _wait_until
 from tests.processes import cmdline as _cmdline
 from tests.processes import describe as _describe
 from tests.processes import gone as _gone
 from tests.processes import not_running as _not_running
-from tests.processes import wait_until as _wait_until
 from tests.ui.pty_run import PtyRun
 
 GIB = 1 << 30
@@ -333,7 +334,9 @@ def test_a_dead_trainer_s_gpu_idles_in_the_simulation(cleanup: list[object]) -> 
     assert busy.util_gpu and busy.util_gpu > 10 and busy.mem_used and busy.mem_used > 40 * GIB
     assert idle.util_gpu == 0 and idle.mem_used == GIB  # only the ghost's
     # Its heatsink cools over half a minute, to an idle GPU's temperature.
-    temps = [src.reading_at(300.0 + dt, True, [4242, None]).gpus[1].temperature for dt in (1, 10, 20, 40)]
+    temps = [
+        known(src.reading_at(300.0 + dt, True, [4242, None]).gpus[1].temperature) for dt in (1, 10, 20, 40)
+    ]
     assert temps == sorted(temps, reverse=True) and temps[0] != temps[-1] and temps[-1] == 34, temps
 
 
@@ -362,6 +365,7 @@ def _demo_on_a_terminal(cleanup: list[object]) -> PtyRun:
     return terminal
 
 
+@pytest.mark.terminal
 @pytest.mark.parametrize(
     ("signum", "returncodes"),
     [
@@ -381,7 +385,8 @@ def test_gputui_demo_leaves_nothing_behind(signum: int, returncodes: set[int], c
     _wait_for_tree(tree, psutil.Process(proc.pid), gpus=2)
     procs = tree.all()
     assert len(procs) == 2 + 2 * 3 + 1 + 1
-    assert tree.devices_dir is not None and tree.devices_dir.is_dir()
+    devices_dir = tree.devices_dir
+    assert devices_dir is not None and devices_dir.is_dir()
     time.sleep(0.3)  # let it draw at least once
 
     proc.send_signal(signum)
@@ -392,9 +397,10 @@ def test_gputui_demo_leaves_nothing_behind(signum: int, returncodes: set[int], c
     # SIGKILL: no cleanup code ran; the children saw end-of-file on gputui's pipe, and trainer 0 (the
     # janitor) removed the directory.
     _assert_all_gone(procs)
-    assert _wait_until(lambda: not tree.devices_dir.exists(), 3.0), tree.devices_dir
+    assert _wait_until(lambda: not devices_dir.exists(), 3.0), devices_dir
 
 
+@pytest.mark.terminal
 @pytest.mark.parametrize("delay", [0.05, 0.2, 0.35, 0.45, 0.55, 0.6, 0.65, 0.8, 1.0])
 def test_a_sigterm_while_gputui_starts_is_a_clean_exit(delay: float, cleanup: list[object]) -> None:
     """Wherever start-up is when the signal comes (imports, the demo's children starting, Textual
@@ -440,13 +446,13 @@ def _timeline(
 
 
 def test_simulation_is_deterministic(cleanup: list[object]) -> None:
-    def run(seed: int) -> list[tuple[object, ...]]:
+    def run(seed: int) -> list[object]:
         clock = FakeClock()
         src = DemoSource(gpus=3, seed=seed, clock=clock)
         cleanup.append(src)
         src.open()
         try:
-            out = []
+            out: list[object] = []
             for t in (0.0, 0.5, 3.0, 17.25, 42.0, 99.9, 250.0):
                 clock.t = 1000.0 + t
                 r = src.read(slow=t == 0.0)
@@ -476,7 +482,7 @@ def test_utilization_is_high_with_stalls_and_eval_dips(sim: tuple[DemoSource, Fa
     samples = [(t, r) for t, r in _timeline(src, clock, 0.0, 320.0, step) if t >= 20.0]  # past warm-up
     dips: list[float] = []
     for gpu in range(4):
-        util = [r.gpus[gpu].util_gpu for _, r in samples]
+        util = [known(r.gpus[gpu].util_gpu) for _, r in samples]
         assert all(0 <= u <= 100 for u in util)
         assert sum(u > 85 for u in util) / len(util) > 0.6, gpu  # ~95 % most of the time
         assert any(u < 50 for u in util), gpu
@@ -494,22 +500,26 @@ def test_utilization_is_high_with_stalls_and_eval_dips(sim: tuple[DemoSource, Fa
 
 def test_memory_ramps_up_during_warm_up(sim: tuple[DemoSource, FakeClock]) -> None:
     src, clock = sim
-    mem = {t: r.gpus for t, r in _timeline(src, clock, 0.0, 40.0, 1.0)}
+    mem = {
+        t: [(known(g.mem_used), known(g.mem_total)) for g in r.gpus]
+        for t, r in _timeline(src, clock, 0.0, 40.0, 1.0)
+    }
     for gpu in range(4):
-        assert mem[1.0][gpu].mem_used < mem[3.0][gpu].mem_used < mem[5.0][gpu].mem_used
-        assert mem[1.0][gpu].mem_used < mem[30.0][gpu].mem_used / 2
+        assert mem[1.0][gpu][0] < mem[3.0][gpu][0] < mem[5.0][gpu][0]
+        assert mem[1.0][gpu][0] < mem[30.0][gpu][0] / 2
         for g in mem.values():
-            assert 0 < g[gpu].mem_used <= g[gpu].mem_total
+            used, total = g[gpu]
+            assert 0 < used <= total
 
 
 def test_gpu_3_is_power_capped_when_busy(sim: tuple[DemoSource, FakeClock]) -> None:
     src, clock = sim
-    busy = [r.gpus[3] for t, r in _timeline(src, clock, 20.0, 200.0, 0.5) if r.gpus[3].util_gpu > 85]
+    busy = [r.gpus[3] for t, r in _timeline(src, clock, 20.0, 200.0, 0.5) if known(r.gpus[3].util_gpu) > 85]
     assert busy
     for g in busy:
         assert g.throttle_reasons is not None and "sw_power_cap" in g.throttle_reasons
-        assert g.power_limit == 500.0 and g.power <= g.power_limit
-        assert g.sm_clock < g.sm_clock_max
+        assert g.power_limit == 500.0 and known(g.power) <= g.power_limit
+        assert known(g.sm_clock) < known(g.sm_clock_max)
 
 
 def test_nvlink_follows_the_all_reduce_of_training_steps(sim: tuple[DemoSource, FakeClock]) -> None:

@@ -16,8 +16,8 @@ import pytest
 from gputui.analyze import dip_causes
 from gputui.analyze.dips import SM, DipDetector
 from gputui.collect.sampler import Sampler
-from gputui.collect.sources.demo import GPM_OFF_NOTE, MIG_LAYOUT, STARVED_FOR_S, STARVED_GPU, DemoSource
-from gputui.model import GPM_RATES, GPM_RATIOS, GpmMetrics, GpuSample, ProcessRow, Snapshot
+from gputui.collect.sources.demo import MIG_LAYOUT, STARVED_FOR_S, STARVED_GPU, DemoSource
+from gputui.model import GPM_OFF_NOTE, GPM_RATES, GPM_RATIOS, GpmMetrics, GpuSample, ProcessRow, Snapshot
 
 GPUS = 4
 PIDS = [4101, 4111, 4121, 4131]
@@ -43,7 +43,7 @@ def by_stage(src: DemoSource, gpu: int) -> dict[str, list[GpuSample]]:
 
 
 def median(samples: list[GpuSample], name: str) -> float:
-    values = [getattr(g.gpm, name) for g in samples if g.gpm is not None]
+    values: list[float] = [getattr(g.gpm, name) for g in samples if g.gpm is not None]
     assert len(values) == len(samples), name  # every reading after the first measures
     return statistics.median(values)
 

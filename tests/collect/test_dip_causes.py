@@ -172,7 +172,7 @@ def test_a_group_says_each_reason_once_and_keeps_the_ranks_disagreement() -> Non
         95,
         10,
         wait_share=0.71,
-        causes=dip_causes.observe(low(30, host=HostStats(cpu_percent=96.0)), 0),
+        causes=tuple(dip_causes.observe(low(30, host=HostStats(cpu_percent=96.0)), 0)),
     )
     b = Dip(
         1,

@@ -378,7 +378,7 @@ def test_summary_dips_per_minute_and_mean_length() -> None:
     since = now - 300
     recent = det.summary(0, since, now, busy_s=0.0)
     assert recent["dips"] == sum(1 for _, end, _ in expected if T0 + end >= since)
-    assert recent["dips_per_min"] == pytest.approx(recent["dips"] / 5, abs=0.01)  # type: ignore[operator]
+    assert recent["dips_per_min"] == pytest.approx(recent["dips"] / 5, abs=0.01)
     assert recent["busy_percent"] == 0.0
 
 

@@ -14,7 +14,9 @@ GIB = 1024 * MIB
 LEAK = 120 * MIB / 60.0  # 120 MiB/min in bytes/s
 
 
-def sampled(f: Callable[[float], float], end: float, step: float = 1.0, noise: float = 0.0, seed: int = 1):
+def sampled(
+    f: Callable[[float], float], end: float, step: float = 1.0, noise: float = 0.0, seed: int = 1
+) -> list[tuple[float, float]]:
     """(t, f(t)) every `step` seconds from 0 to `end`, with NVML-like MiB jitter."""
     rng = random.Random(seed)
     n = int(end / step) + 1

@@ -20,11 +20,8 @@ from gputui.collect.sources.base import Reading
 from gputui.collect.sources.nvml import SETTINGS_EVERY, NvmlSource
 from gputui.model import GpmMetrics, GpuSample, Snapshot
 from gputui.output import jsonout
-
-try:
-    from fake_nvml import FakeMigDevice, FakeNvml
-except ImportError:  # tests/ became a package
-    from tests.collect.fake_nvml import FakeMigDevice, FakeNvml
+from tests.collect.fake_nvml import FakeMigDevice, FakeNvml
+from tests.helpers import known
 
 MIB = 2**20
 SM = pynvml.NVML_GPM_METRIC_SM_UTIL
@@ -162,7 +159,7 @@ def test_one_failing_metric_hides_no_other(fake: FakeNvml, source: NvmlSource) -
 
 
 def test_a_metric_the_binding_does_not_name_is_none_not_zero(fake: FakeNvml, source: NvmlSource) -> None:
-    del fake.gpus[0].gpm[DRAM]  # this GPU answers NotSupported for it
+    del known(fake.gpus[0].gpm)[DRAM]  # this GPU answers NotSupported for it
     tick(source, fake)
     m = tick(source, fake).gpus[0].gpm
     assert m is not None and m.dram is None and m.sm_active == 88.5
@@ -172,7 +169,7 @@ def test_a_metric_the_binding_does_not_name_is_none_not_zero(fake: FakeNvml, sou
     ("value", "shown"), [(float("nan"), None), (-1.0, None), (100.4, 100.0), (180.0, None), (0.0, 0.0)]
 )
 def test_impossible_values_are_unknown(fake: FakeNvml, source: NvmlSource, value: float, shown: Any) -> None:
-    fake.gpus[0].gpm[SM] = value
+    known(fake.gpus[0].gpm)[SM] = value
     tick(source, fake)
     m = tick(source, fake).gpus[0].gpm
     assert m is not None and m.sm_active == shown

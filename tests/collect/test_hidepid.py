@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gputui.analyze.classify import NVML_ONLY, Facts, classify
-from gputui.collect.procs.join import ProcessJoiner, procfs
+from gputui.collect.procs import procfs
+from gputui.collect.procs.join import ProcessJoiner
 from gputui.model import GpuProcess
 from tests.users import NOBODY, become
 

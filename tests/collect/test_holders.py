@@ -8,7 +8,6 @@ holder) and answers on its stdout, so a test knows when the child has done what 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -16,8 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -25,54 +23,14 @@ import pytest
 
 import gputui
 from gputui.collect.procs.holders import HolderScanner, device_paths, minor_of
+from tests.helpers import wait_until
+from tests.holders import Spawner
 
 REPO = Path(gputui.__file__).resolve().parents[1]
 DEVICE_NAMES = ("nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm")
 NOT_DEVICES = ("nvidia-modeset", "nvidia-uvm-tools", "nvidia0x", "xnvidia0", "nvidia")
 NOBODY = 65534
 
-# The child: opens the files named on its command line, then obeys one command per line of stdin.
-#   open PATH / close PATH       open or close a file; answers "ok"
-#   zombie                       forks a child that exits at once and is never waited for; answers its pid
-#   reap PID                     waits for that child after all
-#   fork-holder                  forks a child that inherits every open file and waits for a signal
-# With GPUTUI_TEST_DROP set it becomes user nobody after opening its files (and stays dumpable, so that
-# nobody can read its /proc/PID/fd).
-CHILD = r"""
-import os, signal, sys
-fds = {}
-
-def do(cmd, arg):
-    if cmd == "open":
-        fds[arg] = os.open(arg, os.O_RDONLY)
-    elif cmd == "close":
-        os.close(fds.pop(arg))
-    elif cmd == "reap":
-        os.waitpid(int(arg), 0)
-    elif cmd in ("zombie", "fork-holder"):
-        pid = os.fork()
-        if pid == 0:
-            if cmd == "fork-holder":
-                signal.pause()
-            os._exit(0)
-        return str(pid)
-    else:
-        return "unknown command " + cmd
-    return "ok"
-
-for path in sys.argv[1:]:
-    do("open", path)
-if os.environ.get("GPUTUI_TEST_DROP"):
-    import ctypes
-    os.setgroups([])
-    os.setgid(65534)
-    os.setuid(65534)
-    ctypes.CDLL(None, use_errno=True).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/PID/fd is nobody's
-print("ready", flush=True)
-for line in sys.stdin:
-    cmd, _, arg = line.rstrip("\n").partition(" ")
-    print(do(cmd, arg), flush=True)
-"""
 
 # Runs the scanner as user nobody: it imports as root, then drops every privilege before the scan.
 SCAN_AS_NOBODY = r"""
@@ -102,34 +60,11 @@ class Clock:
         return self.t
 
 
-def wait_until(pred: Callable[[], bool], timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
-
 def is_zombie(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-class Child:
-    def __init__(self, popen: subprocess.Popen[str]) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-
-    def ask(self, command: str) -> str:
-        assert self.popen.stdin is not None and self.popen.stdout is not None
-        self.popen.stdin.write(command + "\n")
-        self.popen.stdin.flush()
-        answer = self.popen.stdout.readline().strip()
-        assert answer, f"child {self.pid} died on {command!r}"
-        return answer
 
 
 @pytest.fixture
@@ -147,55 +82,6 @@ def devices() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-class Spawner:
-    """Starts children holding named files of `devices`; `end()` ends every one (and what they forked)."""
-
-    def __init__(self, devices: Path) -> None:
-        self.devices = devices
-        self.children: list[Child] = []
-        self.forked: list[int] = []  # grandchildren that wait for a signal
-
-    def __call__(self, *names: str, drop: bool = False) -> Child:
-        env = dict(os.environ)
-        if drop:
-            env["GPUTUI_TEST_DROP"] = "1"
-        p = subprocess.Popen(
-            [sys.executable, "-c", CHILD, *(str(self.devices / n) for n in names)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        child = Child(p)
-        self.children.append(child)
-        assert p.stdout is not None
-        assert p.stdout.readline().strip() == "ready", "the child did not start"
-        return child
-
-    def end(self) -> None:
-        for pid in self.forked:  # our children's children, never reaped by anyone but init
-            with contextlib.suppress(OSError):
-                if not is_zombie(pid):
-                    os.kill(pid, signal.SIGKILL)
-        for child in self.children:
-            if child.popen.poll() is None:
-                child.popen.kill()
-            child.popen.wait(timeout=10)
-            for stream in (child.popen.stdin, child.popen.stdout):
-                with contextlib.suppress(OSError):
-                    if stream is not None:
-                        stream.close()
-
-
-@pytest.fixture
-def spawn(devices: Path) -> Iterator[Spawner]:
-    spawner = Spawner(devices)
-    try:
-        yield spawner
-    finally:
-        spawner.end()
-
-
 def paths(devices: Path, *names: str) -> tuple[str, ...]:
     return tuple(sorted(str(devices / n) for n in names))
 
@@ -210,8 +96,8 @@ def test_device_paths_are_only_the_nvidia_device_names(devices: Path, tmp_path: 
     assert minor_of("/dev/nvidia12") == 12
 
 
-def test_a_holder_is_found_with_its_devices_and_minors(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia2", "nvidia0")
+def test_a_holder_is_found_with_its_devices_and_minors(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia2", "nvidia0")
     scan = HolderScanner(devices).scan()
     assert scan.full
     holder = scan.holders[child.pid]
@@ -222,11 +108,11 @@ def test_a_holder_is_found_with_its_devices_and_minors(devices: Path, spawn: Spa
     assert os.getpid() not in scan.holders  # the test itself holds nothing
 
 
-def test_only_our_children_hold_our_device_files(devices: Path, spawn: Spawner) -> None:
-    a = spawn("nvidia1")
-    b = spawn("nvidia3", "nvidia-uvm")
-    spawn()  # holds nothing
-    spawn(*NOT_DEVICES)  # files that are not NVIDIA device files
+def test_only_our_children_hold_our_device_files(devices: Path, holders: Spawner) -> None:
+    a = holders("nvidia1")
+    b = holders("nvidia3", "nvidia-uvm")
+    holders()  # holds nothing
+    holders(*NOT_DEVICES)  # files that are not NVIDIA device files
     scan = HolderScanner(devices).scan()
     assert set(scan.holders) == {a.pid, b.pid}
     assert scan.holders[a.pid].minors == (1,)
@@ -234,29 +120,29 @@ def test_only_our_children_hold_our_device_files(devices: Path, spawn: Spawner) 
     assert scan.holders[b.pid].minors == (3,)
 
 
-def test_a_process_holding_only_nvidiactl_has_no_minors(devices: Path, spawn: Spawner) -> None:
-    ctl = spawn("nvidiactl")
-    uvm = spawn("nvidiactl", "nvidia-uvm")
+def test_a_process_holding_only_nvidiactl_has_no_minors(devices: Path, holders: Spawner) -> None:
+    ctl = holders("nvidiactl")
+    uvm = holders("nvidiactl", "nvidia-uvm")
     scan = HolderScanner(devices).scan()
     assert scan.holders[ctl.pid].devices == paths(devices, "nvidiactl")
     assert scan.holders[ctl.pid].minors == ()
     assert scan.holders[uvm.pid].minors == ()
 
 
-def test_the_same_device_opened_twice_is_listed_once(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidia0", "nvidia0", "nvidiactl")
+def test_the_same_device_opened_twice_is_listed_once(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidia0", "nvidia0", "nvidiactl")
     assert child.ask(f"open {devices / 'nvidia0'}") == "ok"  # a third descriptor
     holder = HolderScanner(devices).scan().holders[child.pid]
     assert holder.devices == paths(devices, "nvidia0", "nvidiactl")
     assert holder.minors == (0,)
 
 
-def test_new_processes_are_picked_up_on_the_next_incremental_tick(devices: Path, spawn: Spawner) -> None:
+def test_new_processes_are_picked_up_on_the_next_incremental_tick(devices: Path, holders: Spawner) -> None:
     clock = Clock()
     scanner = HolderScanner(devices, rescan_s=5.0, monotonic=clock)
     first = scanner.scan()
     assert first.full and first.holders == {}
-    child = spawn("nvidia1", "nvidiactl")
+    child = holders("nvidia1", "nvidiactl")
     clock.t += 1.0
     scan = scanner.scan()
     assert not scan.full
@@ -266,10 +152,10 @@ def test_new_processes_are_picked_up_on_the_next_incremental_tick(devices: Path,
     assert child.pid in scanner.scan().holders  # and stays
 
 
-def test_a_holder_that_closes_its_device_disappears_on_the_next_tick(devices: Path, spawn: Spawner) -> None:
+def test_a_holder_that_closes_its_device_disappears_on_the_next_tick(devices: Path, holders: Spawner) -> None:
     clock = Clock()
     scanner = HolderScanner(devices, monotonic=clock)
-    child = spawn("nvidiactl", "nvidia0")
+    child = holders("nvidiactl", "nvidia0")
     assert scanner.scan().holders[child.pid].minors == (0,)
 
     assert child.ask(f"close {devices / 'nvidia0'}") == "ok"
@@ -288,11 +174,11 @@ def test_a_holder_that_closes_its_device_disappears_on_the_next_tick(devices: Pa
 
 
 def test_a_device_opened_after_the_first_look_is_found_at_the_next_full_rescan(
-    devices: Path, spawn: Spawner
+    devices: Path, holders: Spawner
 ) -> None:
     clock = Clock()
     scanner = HolderScanner(devices, rescan_s=5.0, monotonic=clock)
-    child = spawn()
+    child = holders()
     assert child.pid not in scanner.scan().holders
     assert child.ask(f"open {devices / 'nvidia3'}") == "ok"
 
@@ -310,11 +196,11 @@ def test_a_device_opened_after_the_first_look_is_found_at_the_next_full_rescan(
     assert not scan.full and child.pid in scan.holders
 
 
-def test_exited_processes_disappear(devices: Path, spawn: Spawner) -> None:
+def test_exited_processes_disappear(devices: Path, holders: Spawner) -> None:
     clock = Clock()
     scanner = HolderScanner(devices, monotonic=clock)
-    stays = spawn("nvidia0")
-    leaves = spawn("nvidia1", "nvidiactl")
+    stays = holders("nvidia0")
+    leaves = holders("nvidia1", "nvidiactl")
     assert set(scanner.scan().holders) == {stays.pid, leaves.pid}
     leaves.popen.kill()
     leaves.popen.wait(timeout=10)  # reaped: its PID is gone from /proc
@@ -328,8 +214,8 @@ def test_exited_processes_disappear(devices: Path, spawn: Spawner) -> None:
     assert leaves.pid not in scan.zombies
 
 
-def test_a_zombie_child_is_in_zombies(devices: Path, spawn: Spawner) -> None:
-    parent = spawn("nvidiactl", "nvidia2")
+def test_a_zombie_child_is_in_zombies(devices: Path, holders: Spawner) -> None:
+    parent = holders("nvidiactl", "nvidia2")
     zombie = int(parent.ask("zombie"))
     assert wait_until(lambda: is_zombie(zombie)), "the grandchild did not become a zombie"
     scan = HolderScanner(devices).scan()
@@ -338,10 +224,10 @@ def test_a_zombie_child_is_in_zombies(devices: Path, spawn: Spawner) -> None:
     assert parent.pid in scan.holders and parent.pid not in scan.zombies
 
 
-def test_zombies_are_found_incrementally_and_forgotten_when_reaped(devices: Path, spawn: Spawner) -> None:
+def test_zombies_are_found_incrementally_and_forgotten_when_reaped(devices: Path, holders: Spawner) -> None:
     clock = Clock()
     scanner = HolderScanner(devices, monotonic=clock)
-    parent = spawn("nvidia0")
+    parent = holders("nvidia0")
     assert scanner.scan().zombies.isdisjoint({parent.pid})
     zombie = int(parent.ask("zombie"))
     assert wait_until(lambda: is_zombie(zombie))
@@ -356,13 +242,12 @@ def test_zombies_are_found_incrementally_and_forgotten_when_reaped(devices: Path
     assert zombie not in scan.zombies and parent.pid in scan.holders
 
 
-def _holder_turned_zombie(devices: Path, spawn: Spawner) -> tuple[HolderScanner, Clock, int]:
+def _holder_turned_zombie(devices: Path, holders: Spawner) -> tuple[HolderScanner, Clock, int]:
     """A worker that held the device and exited, and that its parent never reaps."""
     clock = Clock()
     scanner = HolderScanner(devices, rescan_s=5.0, monotonic=clock)
-    parent = spawn("nvidiactl", "nvidia1")
-    worker = int(parent.ask("fork-holder"))
-    spawn.forked.append(worker)
+    parent = holders("nvidiactl", "nvidia1")
+    worker = holders.fork(parent, "fork-holder")
     assert wait_until(lambda: worker in scanner.scan().holders)  # the fork has inherited the files
     assert scanner.scan().holders[worker].minors == (1,)
     os.kill(worker, signal.SIGTERM)
@@ -371,9 +256,9 @@ def _holder_turned_zombie(devices: Path, spawn: Spawner) -> tuple[HolderScanner,
 
 
 def test_a_holder_that_exits_unreaped_is_a_zombie_by_the_next_full_rescan(
-    devices: Path, spawn: Spawner
+    devices: Path, holders: Spawner
 ) -> None:
-    scanner, clock, worker = _holder_turned_zombie(devices, spawn)
+    scanner, clock, worker = _holder_turned_zombie(devices, holders)
     clock.t += 1.0
     scan = scanner.scan()
     assert not scan.full and worker not in scan.holders  # its descriptors are closed
@@ -382,8 +267,8 @@ def test_a_holder_that_exits_unreaped_is_a_zombie_by_the_next_full_rescan(
     assert scan.full and worker in scan.zombies and worker not in scan.holders
 
 
-def test_a_holder_that_exits_unreaped_is_a_zombie_on_the_next_tick(devices: Path, spawn: Spawner) -> None:
-    scanner, clock, worker = _holder_turned_zombie(devices, spawn)
+def test_a_holder_that_exits_unreaped_is_a_zombie_on_the_next_tick(devices: Path, holders: Spawner) -> None:
+    scanner, clock, worker = _holder_turned_zombie(devices, holders)
     clock.t += 1.0
     scan = scanner.scan()
     assert not scan.full
@@ -392,10 +277,10 @@ def test_a_holder_that_exits_unreaped_is_a_zombie_on_the_next_tick(devices: Path
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: drops privileges to user nobody")
 def test_a_scanner_without_privileges_reports_other_users_holders_as_unreadable(
-    devices: Path, spawn: Spawner
+    devices: Path, holders: Spawner
 ) -> None:
-    root_holder = spawn("nvidia0", "nvidiactl")
-    nobody_holder = spawn("nvidia1", drop=True)
+    root_holder = holders("nvidia0", "nvidiactl")
+    nobody_holder = holders("nvidia1", drop=True)
     assert psutil.Process(nobody_holder.pid).uids().real == NOBODY
     out = subprocess.run(
         [sys.executable, "-c", SCAN_AS_NOBODY, str(devices)],
@@ -415,17 +300,19 @@ def test_a_scanner_without_privileges_reports_other_users_holders_as_unreadable(
 
 
 def test_a_relative_devices_dir_finds_holders(
-    devices: Path, spawn: Spawner, monkeypatch: pytest.MonkeyPatch
+    devices: Path, holders: Spawner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    child = spawn("nvidia0")
+    child = holders("nvidia0")
     monkeypatch.chdir(devices.parent)
     scan = HolderScanner(Path(devices.name)).scan()
     assert child.pid in scan.holders
     assert scan.holders[child.pid].minors == (0,)
 
 
-def test_a_devices_dir_behind_a_symlink_finds_holders(devices: Path, spawn: Spawner, tmp_path: Path) -> None:
-    child = spawn("nvidia2")
+def test_a_devices_dir_behind_a_symlink_finds_holders(
+    devices: Path, holders: Spawner, tmp_path: Path
+) -> None:
+    child = holders("nvidia2")
     link = tmp_path / "dev"
     link.symlink_to(devices, target_is_directory=True)
     scan = HolderScanner(link).scan()

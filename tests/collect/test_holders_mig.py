@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from gputui.collect.procs.holders import HolderScanner, MigCap, cap_minor, device_paths, read_mig_minors
-from tests.collect.test_holders import Clock, Spawner
+from tests.collect.test_holders import (
+    Clock,
+)
+from tests.holders import Spawner
 
 # As the driver writes it (the NVIDIA MIG user guide's example), and what a GPU with two instances adds.
 MIG_MINORS = """config 1
@@ -42,15 +45,6 @@ def devices() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def spawn(devices: Path) -> Iterator[Spawner]:
-    spawner = Spawner(devices)
-    try:
-        yield spawner
-    finally:
-        spawner.end()
 
 
 @pytest.fixture
@@ -104,9 +98,9 @@ def test_read_mig_minors_skips_what_is_not_the_drivers(tmp_path: Path) -> None:
     assert read_mig_minors(str(tmp_path)) == {}  # a directory: read() fails
 
 
-def test_a_mig_process_is_placed_on_its_instance(devices: Path, spawn: Spawner, minors_file: Path) -> None:
+def test_a_mig_process_is_placed_on_its_instance(devices: Path, holders: Spawner, minors_file: Path) -> None:
     """A CUDA process in MIG 1/0 of GPU 0 holds /dev/nvidia0 and the caps of GI 1 and of its CI 0."""
-    child = spawn("nvidia0", "nvidiactl", "nvidia-caps/nvidia-cap12", "nvidia-caps/nvidia-cap13")
+    child = holders("nvidia0", "nvidiactl", "nvidia-caps/nvidia-cap12", "nvidia-caps/nvidia-cap13")
     h = scanner(devices, minors_file).scan().holders[child.pid]
     assert h.minors == (0,)
     assert [c.kind for c in h.mig] == ["gi", "ci"]
@@ -114,23 +108,23 @@ def test_a_mig_process_is_placed_on_its_instance(devices: Path, spawn: Spawner, 
     assert str(devices / "nvidia-caps" / "nvidia-cap13") in h.devices
 
 
-def test_holding_only_a_cap_still_names_the_gpu(devices: Path, spawn: Spawner, minors_file: Path) -> None:
-    child = spawn("nvidia-caps/nvidia-cap129", "nvidia-caps/nvidia-cap130")
+def test_holding_only_a_cap_still_names_the_gpu(devices: Path, holders: Spawner, minors_file: Path) -> None:
+    child = holders("nvidia-caps/nvidia-cap129", "nvidia-caps/nvidia-cap130")
     h = scanner(devices, minors_file).scan().holders[child.pid]
     assert h.minors == (1,) and h.instances == ((1, 2, 0),)
 
 
-def test_a_monitor_holds_no_gpu(devices: Path, spawn: Spawner, minors_file: Path) -> None:
+def test_a_monitor_holds_no_gpu(devices: Path, holders: Spawner, minors_file: Path) -> None:
     """nvidia-smi and DCGM hold the monitor cap: MIG-wide, no GPU of its own."""
-    child = spawn("nvidiactl", "nvidia-caps/nvidia-cap2")
+    child = holders("nvidiactl", "nvidia-caps/nvidia-cap2")
     h = scanner(devices, minors_file).scan().holders[child.pid]
     assert (h.minors, h.mig, h.instances) == ((), (MigCap(2, "monitor"),), ())
 
 
 def test_without_mig_minors_a_cap_is_just_a_mig_capability(
-    devices: Path, spawn: Spawner, tmp_path: Path, minors_file: Path
+    devices: Path, holders: Spawner, tmp_path: Path, minors_file: Path
 ) -> None:
-    child = spawn("nvidia-caps/nvidia-cap13", "nvidia-caps/nvidia-cap200")
+    child = holders("nvidia-caps/nvidia-cap13", "nvidia-caps/nvidia-cap200")
     unreadable = scanner(devices, tmp_path / "absent").scan().holders[child.pid]
     assert unreadable.mig == (MigCap(13), MigCap(200)) and unreadable.minors == ()
     assert unreadable.mig[0].label == "a MIG capability"
@@ -138,11 +132,11 @@ def test_without_mig_minors_a_cap_is_just_a_mig_capability(
     assert readable.mig == (MigCap(13, "ci", 0, 1, 0), MigCap(200)) and readable.minors == (0,)
 
 
-def test_the_map_is_read_again_at_a_rescan(devices: Path, spawn: Spawner, minors_file: Path) -> None:
+def test_the_map_is_read_again_at_a_rescan(devices: Path, holders: Spawner, minors_file: Path) -> None:
     """An admin destroys and re-creates instances: the caps are numbered anew."""
     clock = Clock()
     scan = HolderScanner(devices, rescan_s=5.0, monotonic=clock, mig_minors=str(minors_file))
-    child = spawn("nvidia-caps/nvidia-cap200")
+    child = holders("nvidia-caps/nvidia-cap200")
     assert scan.scan().holders[child.pid].mig == (MigCap(200),)
     minors_file.write_text(MIG_MINORS + "gpu0/gi3/ci0/access 200\n")
     clock.t += 5.0

@@ -54,10 +54,10 @@ def test_a_failing_reading_is_none_not_a_crash(monkeypatch: pytest.MonkeyPatch) 
 def test_a_reading_is_cheap_enough_for_every_tick() -> None:
     host = HostSampler()
     host.read()
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time, not wall: what a tick pays, whatever else the box runs
     for _ in range(100):
         host.read()
-    per_read = (time.perf_counter() - start) / 100
+    per_read = (time.thread_time() - start) / 100
     assert per_read < 0.002, f"{per_read * 1e3:.2f} ms per reading"
 
 

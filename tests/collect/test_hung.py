@@ -21,7 +21,9 @@ def window(
     return w
 
 
-def report(steps: int, age: float, usual: float = 0.4, time: float | None = None, status: str = AGENT_OK):
+def report(
+    steps: int, age: float, usual: float = 0.4, time: float | None = None, status: str = AGENT_OK
+) -> AgentReport:
     return AgentReport(
         pid=1,
         status=status,

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from gputui.collect.sampler import Sampler
 from gputui.collect.sources.demo import DemoSource
 from gputui.model import ProcessRow, Snapshot
 from gputui.output.jsonout import schema, snapshot_from_dict
+from tests.helpers import Children, wait_until
 
 REPO = Path(gputui.__file__).resolve().parents[1]
 GPUS = 3
@@ -38,15 +38,6 @@ HOLDER = (
     "print('ready', flush=True); sys.stdin.read()"
 )
 StartHolder = Callable[..., subprocess.Popen[str]]
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 @dataclass
@@ -100,32 +91,15 @@ def demo() -> Iterator[Demo]:
 
 
 @pytest.fixture
-def holders(demo: Demo) -> Iterator[StartHolder]:
+def holders(demo: Demo, spawn: Children) -> StartHolder:
     """Processes of the test's own (children of this test, which is on no GPU) holding demo device files."""
-    children: list[subprocess.Popen[str]] = []
 
     def start(*names: str) -> subprocess.Popen[str]:
-        p = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, *(demo.path(n) for n in names)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        children.append(p)
+        p = spawn([sys.executable, "-c", HOLDER, *(demo.path(n) for n in names)], stdin=subprocess.PIPE)
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
         return p
 
-    try:
-        yield start
-    finally:
-        for p in children:
-            if p.poll() is None:
-                p.kill()  # a stopped process dies of SIGKILL too
-            p.wait(timeout=10)
-            for stream in (p.stdin, p.stdout):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
+    return start
 
 
 def rows_of(snap: Snapshot, pid: int) -> list[ProcessRow]:
@@ -297,7 +271,9 @@ def test_gputui_demo_json_has_the_classes_and_follows_the_schema() -> None:
     assert len(by_category["ok"]) == 4  # a trainer per GPU
     for p in by_category["ok"]:
         assert p["kinds"] == "C" and p["visible"] is True
-        names = sorted(str(d).rsplit("/", 1)[1] for d in p["devices"])  # type: ignore[union-attr]
+        devices = p["devices"]
+        assert isinstance(devices, list)
+        names = sorted(str(d).rsplit("/", 1)[1] for d in devices)
         assert names == sorted(["nvidiactl", "nvidia-uvm", f"nvidia{p['gpu']}"])
         assert p["reason"] == f"holds /dev/nvidia{p['gpu']}"
     assert len(by_category["worker"]) == 4 * 3

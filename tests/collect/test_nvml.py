@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,11 @@ import gputui.collect.sources.nvml as nvml
 from gputui.collect.sources.base import Reading, SourceUnavailable
 from gputui.collect.sources.nvml import SETTINGS_EVERY, NvmlSource
 from gputui.model import GpuProcess, GpuSample
-
-try:
-    from fake_nvml import ANY, NOT_AVAILABLE, FakeNvml, FakeProcess, proc_symbol
-except ImportError:  # tests/ became a package
-    from tests.collect.fake_nvml import ANY, NOT_AVAILABLE, FakeNvml, FakeProcess, proc_symbol
+from tests.collect.fake_nvml import ANY, NOT_AVAILABLE, FakeNvml, FakeProcess, proc_symbol
+from tests.helpers import known
 
 GiB = 2**30
+MakeSource = Callable[[], NvmlSource]  # the make_source fixture: an opened source, closed at the end
 MiB = 2**20
 SLOW_INTERVAL = 5.0  # the Sampler's default slow_interval, with 1 s ticks: every 5th tick is slow
 
@@ -71,7 +70,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest.fixture
-def make_source(fake: FakeNvml) -> Any:
+def make_source(fake: FakeNvml) -> Iterator[MakeSource]:
     """Opens NvmlSources (after the test configured the fake) and closes them at the end."""
     opened: list[NvmlSource] = []
 
@@ -88,7 +87,7 @@ def make_source(fake: FakeNvml) -> Any:
 
 
 @pytest.fixture
-def source(make_source: Any) -> NvmlSource:
+def source(make_source: MakeSource) -> NvmlSource:
     return make_source()
 
 
@@ -137,7 +136,7 @@ def test_open_reports_versions_and_close_shuts_nvml_down(fake: FakeNvml) -> None
     assert fake.system_calls["nvmlShutdown"] == 1
 
 
-def test_open_with_bytes_from_an_old_binding(fake: FakeNvml, make_source: Any) -> None:
+def test_open_with_bytes_from_an_old_binding(fake: FakeNvml, make_source: MakeSource) -> None:
     fake.bytes_strings = True
     src = make_source()
     sample = tick(src, fake).gpus[0]
@@ -155,7 +154,7 @@ def test_cuda_driver_version_format(fake: FakeNvml, raw: int, text: str) -> None
     src.close()
 
 
-def test_system_queries_failing_give_none(fake: FakeNvml, make_source: Any) -> None:
+def test_system_queries_failing_give_none(fake: FakeNvml, make_source: MakeSource) -> None:
     fake.fail(None, "nvmlSystemGetDriverVersion", E_NO_PERMISSION)
     fake.fail(None, "nvmlSystemGetNVMLVersion", E_UNKNOWN)
     fake.fail(None, "nvmlSystemGetCudaDriverVersion", E_FUNCTION_NOT_FOUND)
@@ -223,8 +222,8 @@ def expected_sample(fake: FakeNvml, index: int, **changes: Any) -> GpuSample:
         mem_used=g.mem_used,
         mem_reserved=g.mem_reserved,
         temperature=g.temperature,
-        power=g.power_mw / 1000,
-        power_limit=g.power_limit_mw / 1000,
+        power=known(g.power_mw) / 1000,
+        power_limit=known(g.power_limit_mw) / 1000,
         energy=g.energy_mj / 1000,  # mJ -> J
         fan=g.fan,
         sm_clock=g.sm_clock,
@@ -232,14 +231,14 @@ def expected_sample(fake: FakeNvml, index: int, **changes: Any) -> GpuSample:
         mem_clock=g.mem_clock,
         mem_clock_max=g.mem_clock_max,
         pstate=g.pstate,
-        throttle_reasons=tuple(name for bit, name in sorted(names.items()) if g.clock_reasons & bit),
+        throttle_reasons=tuple(name for bit, name in sorted(names.items()) if known(g.clock_reasons) & bit),
         enc_util=g.enc,
         dec_util=g.dec,
         pcie_tx=float(g.pcie_tx_rate),
         pcie_rx=float(g.pcie_rx_rate),  # counters over one second
-        compute_mode={0: "Default", 3: "Exclusive_Process"}[g.compute_mode],
+        compute_mode={0: "Default", 3: "Exclusive_Process"}[known(g.compute_mode)],
         persistence_mode=bool(g.persistence),
-        mig_mode=bool(g.mig[0]),
+        mig_mode=bool(known(g.mig)[0]),
     )
     return dataclasses.replace(sample, **changes)
 
@@ -302,7 +301,7 @@ def test_clock_event_reasons_decoded_from_the_bitmask(
 
 
 def test_clock_event_reasons_fall_back_to_throttle_reasons_on_old_drivers(
-    fake: FakeNvml, make_source: Any
+    fake: FakeNvml, make_source: MakeSource
 ) -> None:
     fake.missing_symbols.add("nvmlDeviceGetCurrentClocksEventReasons")
     src = make_source()
@@ -495,7 +494,7 @@ def test_memory_v2_failing(fake: FakeNvml, source: NvmlSource, error: int) -> No
     assert readings[-1].gpus[1].mem_reserved == 300 * MiB
 
 
-def test_memory_v1_on_a_driver_without_v2(fake: FakeNvml, make_source: Any) -> None:
+def test_memory_v1_on_a_driver_without_v2(fake: FakeNvml, make_source: MakeSource) -> None:
     fake.missing_symbols.add("nvmlDeviceGetMemoryInfo_v2")  # pynvml's pointer lookup fails
     src = make_source()
     readings = [tick(src, fake) for _ in range(3)]
@@ -547,7 +546,8 @@ def test_one_field_failing(
     readings = run(fake, monkeypatch, SLOWS)
 
     for got, want in zip(readings, baseline, strict=True):
-        assert got.gpus[0] == dataclasses.replace(want.gpus[0], **dict.fromkeys(fields))
+        unknown: dict[str, Any] = dict.fromkeys(fields)
+        assert got.gpus[0] == dataclasses.replace(want.gpus[0], **unknown)
         assert got.gpus[1] == want.gpus[1]
         assert got.errors == ()
     normal = calls(baseline_fake, 0, name, arg)
@@ -572,7 +572,7 @@ STATIC_CASES = [
 @ALL_ERRORS
 @pytest.mark.parametrize(("name", "arg", "fields"), STATIC_CASES, ids=[c[2][0] for c in STATIC_CASES])
 def test_one_static_field_failing(
-    fake: FakeNvml, make_source: Any, name: str, arg: Any, fields: tuple[str, ...], error: int
+    fake: FakeNvml, make_source: MakeSource, name: str, arg: Any, fields: tuple[str, ...], error: int
 ) -> None:
     fake.fail(0, name, error, arg=arg)
     src = make_source()
@@ -598,7 +598,7 @@ def assert_gpu0_normal(reading: Reading, fake: FakeNvml) -> None:
     assert s == expected_sample(fake, 0, pcie_tx=s.pcie_tx, pcie_rx=s.pcie_rx)
 
 
-def test_gpu_lost_at_open(fake: FakeNvml, make_source: Any) -> None:
+def test_gpu_lost_at_open(fake: FakeNvml, make_source: MakeSource) -> None:
     fake.fail(1, "nvmlDeviceGetHandleByIndex", E_LOST)
     src = make_source()
     first = tick(src, fake)
@@ -613,7 +613,7 @@ def test_gpu_lost_at_open(fake: FakeNvml, make_source: Any) -> None:
     assert_gpu0_normal(later[-1], fake)
 
 
-def test_gpu_lost_while_reading_static_fields_at_open(fake: FakeNvml, make_source: Any) -> None:
+def test_gpu_lost_while_reading_static_fields_at_open(fake: FakeNvml, make_source: MakeSource) -> None:
     fake.fail(0, "nvmlDeviceGetUUID", E_LOST)
     src = make_source()
     r = tick(src, fake)
@@ -622,7 +622,7 @@ def test_gpu_lost_while_reading_static_fields_at_open(fake: FakeNvml, make_sourc
     assert r.gpus[1] == expected_sample(fake, 1, pcie_tx=None, pcie_rx=None)
 
 
-def test_gpu_that_cannot_be_opened(fake: FakeNvml, make_source: Any) -> None:
+def test_gpu_that_cannot_be_opened(fake: FakeNvml, make_source: MakeSource) -> None:
     fake.fail(0, "nvmlDeviceGetHandleByIndex", E_NO_PERMISSION)
     src = make_source()
     r = tick(src, fake)
@@ -767,7 +767,7 @@ def test_v1_struct_is_16_bytes() -> None:
 
 
 @pytest.mark.parametrize("driver", [3, 2, 1], ids=["v3", "v2-only", "v1-only"])
-def test_process_list_versions(fake: FakeNvml, make_source: Any, driver: int) -> None:
+def test_process_list_versions(fake: FakeNvml, make_source: MakeSource, driver: int) -> None:
     """The fake writes the driver's layout for the symbol found; a wrong struct in NvmlSource would show
     as a violation (element size) or as garbage pids and memory."""
     fake.old_driver(driver)
@@ -796,7 +796,7 @@ def test_process_list_versions(fake: FakeNvml, make_source: Any, driver: int) ->
     assert fake.lib_calls[0][proc_symbol("C", driver)] == 2 * 4  # sizing + filling, four ticks
 
 
-def test_no_process_list_symbol_at_all(fake: FakeNvml, make_source: Any) -> None:
+def test_no_process_list_symbol_at_all(fake: FakeNvml, make_source: MakeSource) -> None:
     fake.old_driver(1)
     for kind in "CGM":
         fake.missing_symbols.add(proc_symbol(kind, 1))

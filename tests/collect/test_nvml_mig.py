@@ -11,11 +11,7 @@ import pytest
 from gputui.collect.sources.base import Reading
 from gputui.collect.sources.nvml import SETTINGS_EVERY, NvmlSource, mig_profile
 from gputui.model import MigInstance
-
-try:
-    from fake_nvml import FakeMigDevice, FakeNvml, FakeProcess
-except ImportError:  # tests/ became a package
-    from tests.collect.fake_nvml import FakeMigDevice, FakeNvml, FakeProcess
+from tests.collect.fake_nvml import FakeMigDevice, FakeNvml, FakeProcess
 
 GiB = 2**30
 MiB = 2**20

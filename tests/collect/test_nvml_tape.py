@@ -25,7 +25,7 @@ from gputui.collect.sources import nvml_tape
 from gputui.collect.sources.base import Reading
 from gputui.collect.sources.nvml import NvmlSource
 from gputui.collect.sources.nvml_tape import PID_BASE, Player, Recorder, write_tape
-from tests.collect.fake_nvml import FakeNvml, FakeProcess, proc_symbol
+from tests.collect.fake_nvml import SUCCESS, FakeNvml, FakeProcess, proc_symbol
 from tests.collect.test_nvml_mig import three_instances
 
 GiB = 2**30
@@ -308,7 +308,7 @@ def test_only_top_level_calls_are_recorded(monkeypatch: pytest.MonkeyPatch) -> N
 
         def count(ref: Any) -> int:
             ref._obj.value = 3
-            return pynvml.NVML_SUCCESS
+            return SUCCESS
 
         return count
 
@@ -449,7 +449,7 @@ def test_replayed_events_say_no_events(monkeypatch: pytest.MonkeyPatch) -> None:
         pynvml.nvmlEventSetWait_v2(es, 10_000)
     with pytest.raises(pynvml.NVMLError_Timeout):
         pynvml.nvmlEventSetWait_v2(es, 0)
-    assert 0.09 <= time.monotonic() - start < 0.5
+    assert 0.09 <= time.monotonic() - start < 3.0  # not the 10 s asked for (slack for load)
     pynvml.nvmlEventSetFree(es)
 
 
@@ -566,7 +566,7 @@ def _outcome(call: dict[str, Any], **outcome: Any) -> None:
     call.update(outcome)
 
 
-HOSTILE = {
+HOSTILE: dict[str, Callable[[dict[str, Any]], object]] = {
     "truncated hex": lambda t: _struct_entry(t)["result"].update(hex=_struct_entry(t)["result"]["hex"][:-2]),
     "not hex": lambda t: _struct_entry(t)["result"].update(
         hex="zz" * ctypes.sizeof(pynvml.c_nvmlMemory_v2_t)

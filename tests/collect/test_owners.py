@@ -26,7 +26,8 @@ from gputui.collect.procs.owners import (
     slurm_job_name,
 )
 from gputui.collect.sampler import Sampler
-from gputui.model import Owner, ProcessRow
+from gputui.model import Category, Owner, ProcessRow
+from tests.helpers import wait_until
 
 CID = "4f1c0e2ab3d94c5e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e"
 UID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
@@ -333,7 +334,7 @@ def test_the_cache_is_bounded(
     assert len(owners._cache) <= 10
 
 
-def _row(pid: int, category: str = "ok", reason: str = "", visible: bool = True) -> ProcessRow:
+def _row(pid: int, category: Category = "ok", reason: str = "", visible: bool = True) -> ProcessRow:
     return ProcessRow(
         gpu=0,
         pid=pid,
@@ -438,11 +439,12 @@ def test_invisible_and_unreadable_rows_keep_no_owner(world: tuple[FakeProc, Path
 
 
 class FakeDockerApi(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    """The Docker API's /containers/ID/json on a unix socket: `names` answers, `stall` never does."""
+    """The Docker API's /containers/ID/json on a unix socket: `names` answers, `stall` never does, `held`
+    only once `release` is set (so that a test knows the answer came after what it checked)."""
 
     daemon_threads = True
 
-    def __init__(self, path: str, names: dict[str, object], stall: bool = False) -> None:
+    def __init__(self, path: str, names: dict[str, object], stall: bool = False, held: bool = False) -> None:
         self.names, self.stall, self.requests = names, stall, 0
         self.release = threading.Event()
         api = self
@@ -450,8 +452,9 @@ class FakeDockerApi(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 api.requests += 1
-                if api.stall:
+                if api.stall or held:
                     api.release.wait(10)
+                if api.stall:
                     return
                 cid = self.path.split("/")[2]
                 if cid not in api.names:
@@ -482,21 +485,12 @@ def api_dir() -> Iterator[Path]:
         yield Path(d)
 
 
-def _until(pred: object, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def test_container_names_from_the_docker_api(
     world: tuple[FakeProc, Path, Clock, Owners], api_dir: Path
 ) -> None:
     fake, pods, clock, _ = world
     other = "b" * 64
-    api = FakeDockerApi(str(api_dir / "docker.sock"), {CID: "/trainer-3", other: "/evil\x1b[2J"})
+    api = FakeDockerApi(str(api_dir / "docker.sock"), {CID: "/trainer-3", other: "/evil\x1b[2J"}, held=True)
     try:
         owners = Owners(
             proc=fake.root,
@@ -509,7 +503,8 @@ def test_container_names_from_the_docker_api(
         fake.add(82, v2(f"/machine.slice/libpod-{CID}.scope"))  # podman: no socket of its own here
         assert owners.lookup(80, 1.0) == Owner(kind="docker", id=CID)  # not known yet: never waited for
         assert owners.lookup(81, 1.0) == Owner(kind="docker", id=other)
-        assert _until(lambda: owners.container_names.asks == 2)
+        api.release.set()  # only now: a quick answer on the thread could beat the second look of lookup()
+        assert wait_until(lambda: owners.container_names.asks == 2, 5.0)
         owner = owners.lookup(80, 1.0)
         assert owner is not None and owner.name == "trainer-3" and owner.label == "docker trainer-3"
         assert owners.lookup(81, 1.0) == Owner(kind="docker", id=other)  # not a container name: refused
@@ -519,7 +514,7 @@ def test_container_names_from_the_docker_api(
         assert api.requests == 2  # a name the daemon would not give is not asked for every tick
         clock.t += 61
         owners.lookup(81, 1.0)
-        assert _until(lambda: api.requests == 3)
+        assert wait_until(lambda: api.requests == 3, 5.0)
     finally:
         api.close()
 
@@ -530,17 +525,17 @@ def test_a_stalled_daemon_never_holds_up_a_lookup(
     fake, pods, clock, _ = world
     api = FakeDockerApi(str(api_dir / "docker.sock"), {}, stall=True)
     try:
-        names = ContainerNames({"docker": api_dir / "docker.sock"}, timeout=0.2, monotonic=clock)
+        names = ContainerNames({"docker": api_dir / "docker.sock"}, timeout=1.0, monotonic=clock)
         owners = Owners(proc=fake.root, pods_dir=pods, monotonic=clock, container_names=names)
         fake.add(90, v2(f"/docker/{CID}"))
         t0 = time.perf_counter()
         for _ in range(100):
             assert owners.lookup(90, 1.0) == Owner(kind="docker", id=CID)
-        assert time.perf_counter() - t0 < 0.1
-        assert _until(lambda: names.asks == 1, timeout=2.0)  # the thread gave up after its timeout
+        assert time.perf_counter() - t0 < 0.5  # none waited for the 1 s timeout (the rest: slack for load)
+        assert wait_until(lambda: names.asks == 1, timeout=5.0)  # the thread gave up after its timeout
         t0 = time.monotonic()
         assert ask_container_name(str(api_dir / "docker.sock"), CID, timeout=0.2) is None
-        assert time.monotonic() - t0 < 1.0
+        assert time.monotonic() - t0 < 3.0  # its 0.2 s timeout, not the daemon's 10 s stall
     finally:
         api.close()
 

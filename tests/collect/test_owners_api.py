@@ -15,7 +15,8 @@ import pytest
 
 from gputui.collect.procs import owners as owners_mod
 from gputui.collect.procs.owners import ContainerNames, ask_container_name
-from tests.collect.test_owners import Clock, _until
+from tests.collect.test_owners import Clock
+from tests.helpers import wait_until
 
 DEEP = "d" * 64
 GOOD = "e" * 64
@@ -80,12 +81,12 @@ def test_the_names_thread_outlives_a_deep_reply_and_asks_again_later(api: tuple[
     names = ContainerNames({"docker": path}, monotonic=clock)
     assert names.get("docker", DEEP) is None
     assert names.get("docker", GOOD) is None
-    assert _until(lambda: names.get("docker", GOOD) == "trainer-3")
+    assert wait_until(lambda: names.get("docker", GOOD) == "trainer-3", 5.0)
     assert names._thread is not None and names._thread.is_alive()
     clock.t += owners_mod.API_RETRY_S + 1  # the failed one is asked again, by the same thread
     names.get("docker", DEEP)
-    assert _until(lambda: server.requests[DEEP] == 2)
-    assert _until(lambda: names.asks == 3)
+    assert wait_until(lambda: server.requests[DEEP] == 2, 5.0)
+    assert wait_until(lambda: names.asks == 3, 5.0)
     assert names._thread.is_alive()
 
 
@@ -109,7 +110,7 @@ def test_any_failure_of_an_ask_is_one_failed_ask(monkeypatch: pytest.MonkeyPatch
             names = ContainerNames({"docker": Path(f"{d}/s.sock")})
             names.get("docker", DEEP)
             names.get("docker", GOOD)
-            assert _until(lambda: names.get("docker", GOOD) == "ok")
+            assert wait_until(lambda: names.get("docker", GOOD) == "ok", 5.0)
             assert calls == [DEEP, GOOD]
         finally:
             sock.close()

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psutil
 import pytest
@@ -15,6 +15,7 @@ import pytest
 import gputui.collect.procs.join as procs_module
 from gputui.collect.procs.join import ProcessJoiner
 from gputui.model import GpuProcess, ProcessRow
+from tests.helpers import Children, wait_until
 
 SLEEPER = "import time; time.sleep(120)"
 # Process identity is (PID, creation time), and creation times tick in 1/100 s on Linux: two processes
@@ -23,32 +24,19 @@ CREATE_TIME_TICK = 0.05
 HOST_FIELDS = ("user", "name", "command", "cpu_percent", "rss", "create_time", "state", "ppid")
 
 
-def _wait(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+Sleeper = Callable[..., "subprocess.Popen[str]"]
 
 
 @pytest.fixture
-def spawn() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    children: list[subprocess.Popen[bytes]] = []
-
-    def start(*marker: str) -> subprocess.Popen[bytes]:
+def sleeper(spawn: Children) -> Sleeper:
+    def start(*marker: str) -> subprocess.Popen[str]:
         # The markers only make the command line recognisable; the child sleeps until killed.
         argv = [sys.executable, "-c", SLEEPER, *marker]
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        children.append(p)
-        assert _wait(lambda: psutil.Process(p.pid).cmdline() == argv), "the child did not start"
+        p = spawn(argv, stdout=subprocess.DEVNULL)
+        assert wait_until(lambda: psutil.Process(p.pid).cmdline() == argv, 10.0), "the child did not start"
         return p
 
-    yield start
-    for p in children:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
+    return start
 
 
 def _free_pid() -> int:
@@ -67,8 +55,8 @@ def _gp(pid: int, gpu: int = 0, used: int | None = 1 << 30) -> GpuProcess:
     return GpuProcess(gpu=gpu, pid=pid, kinds="C", used_memory=used, sm_util=50, mem_util=20)
 
 
-def test_host_fields_of_a_real_child(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
-    child = spawn("gputui-test-marker")
+def test_host_fields_of_a_real_child(sleeper: Sleeper) -> None:
+    child = sleeper("gputui-test-marker")
     ps = psutil.Process(child.pid)
     (row,) = _rows(ProcessJoiner(), [_gp(child.pid)])
     assert row.visible is True
@@ -90,8 +78,8 @@ def test_host_fields_of_a_real_child(spawn: Callable[..., subprocess.Popen[bytes
     assert row.ppid == os.getpid()
 
 
-def test_cpu_percent_needs_a_second_sighting(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
-    child = spawn()
+def test_cpu_percent_needs_a_second_sighting(sleeper: Sleeper) -> None:
+    child = sleeper()
     joiner = ProcessJoiner()
     (first,) = _rows(joiner, [_gp(child.pid)])
     assert first.visible and first.cpu_percent is None  # unknown, not 0 %
@@ -121,10 +109,8 @@ def test_pids_no_process_can_have(pid: int) -> None:
 
 
 @pytest.mark.parametrize("seen_before", [False, True], ids=["unknown", "known"])
-def test_process_exits_between_gpu_list_and_lookup(
-    spawn: Callable[..., subprocess.Popen[bytes]], seen_before: bool
-) -> None:
-    child = spawn()
+def test_process_exits_between_gpu_list_and_lookup(sleeper: Sleeper, seen_before: bool) -> None:
+    child = sleeper()
     joiner = ProcessJoiner()
     listed = [_gp(child.pid)]  # what the GPU source listed ...
     if seen_before:
@@ -137,12 +123,12 @@ def test_process_exits_between_gpu_list_and_lookup(
     assert row.used_memory == 1 << 30  # what the GPU said is kept
 
 
-def test_a_zombie_is_still_visible(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
-    child = spawn()
+def test_a_zombie_is_still_visible(sleeper: Sleeper) -> None:
+    child = sleeper()
     joiner = ProcessJoiner()
     _rows(joiner, [_gp(child.pid)])
     child.kill()  # not waited for: a zombie until the fixture reaps it
-    assert _wait(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE)
+    assert wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 10.0)
     for j in (joiner, ProcessJoiner()):  # known from before, and seen for the first time
         (row,) = _rows(j, [_gp(child.pid)])
         assert row.visible is True
@@ -150,18 +136,16 @@ def test_a_zombie_is_still_visible(spawn: Callable[..., subprocess.Popen[bytes]]
         assert row.ppid == os.getpid()
 
 
-def test_a_reused_pid_is_a_new_process_simulated(
-    spawn: Callable[..., subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_reused_pid_is_a_new_process_simulated(sleeper: Sleeper, monkeypatch: pytest.MonkeyPatch) -> None:
     """NVML keeps reporting pid P; meanwhile the process we knew as P ended and P went to another one.
 
     Simulated: once the first process has ended, `psutil.Process(P)` and /proc/P/stat (as the joiner
     reads them) describe a second real process. The joiner must describe that one at once, not the first
     from its cache, and must not compute a %CPU across the two.
     """
-    old = spawn("old-job")
+    old = sleeper("old-job")
     time.sleep(CREATE_TIME_TICK)
-    new = spawn("new-job")
+    new = sleeper("new-job")
     pid = old.pid
     real_process = psutil.Process
     target = {pid: pid}
@@ -169,7 +153,11 @@ def test_a_reused_pid_is_a_new_process_simulated(
     shim.Process = lambda p: real_process(target.get(p, p))
     monkeypatch.setattr(procs_module, "psutil", shim)
     real_read_stat = procs_module._read_stat
-    monkeypatch.setattr(procs_module, "_read_stat", lambda p: real_read_stat(target.get(p, p)))
+
+    def read_stat(p: int) -> object:
+        return real_read_stat(target.get(p, p))
+
+    monkeypatch.setattr(procs_module, "_read_stat", read_stat)
 
     joiner = ProcessJoiner()
     _rows(joiner, [_gp(pid)])
@@ -203,9 +191,9 @@ def _spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None
     return None
 
 
-def test_a_really_reused_pid_is_a_new_process(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+def test_a_really_reused_pid_is_a_new_process(sleeper: Sleeper) -> None:
     """A genuine PID reuse (needs CAP_SYS_ADMIN over the PID namespace: root in a container)."""
-    old = spawn("old-job")
+    old = sleeper("old-job")
     pid = old.pid
     joiner = ProcessJoiner()
     _rows(joiner, [_gp(pid)])
@@ -220,7 +208,7 @@ def test_a_really_reused_pid_is_a_new_process(spawn: Callable[..., subprocess.Po
     if new is None:
         pytest.skip("cannot choose the next PID here (/proc/sys/kernel/ns_last_pid)")
     try:
-        assert _wait(lambda: psutil.Process(pid).cmdline() == argv)
+        assert wait_until(lambda: psutil.Process(pid).cmdline() == argv, 10.0)
         (after,) = _rows(joiner, [_gp(pid)])
         assert after.visible is True
         assert after.command == " ".join(argv)
@@ -232,10 +220,10 @@ def test_a_really_reused_pid_is_a_new_process(spawn: Callable[..., subprocess.Po
 
 
 def test_after_a_reused_pid_the_new_process_is_described(
-    spawn: Callable[..., subprocess.Popen[bytes]],
+    sleeper: Sleeper,
 ) -> None:
     """Whatever the tick right after the reuse shows, the joiner never mixes the two processes."""
-    old = spawn("old-job")
+    old = sleeper("old-job")
     pid = old.pid
     joiner = ProcessJoiner()
     _rows(joiner, [_gp(pid)])
@@ -248,7 +236,7 @@ def test_after_a_reused_pid_the_new_process_is_described(
     if new is None:
         pytest.skip("cannot choose the next PID here (/proc/sys/kernel/ns_last_pid)")
     try:
-        assert _wait(lambda: psutil.Process(pid).cmdline() == argv)
+        assert wait_until(lambda: psutil.Process(pid).cmdline() == argv, 10.0)
         rows = [_rows(joiner, [_gp(pid)])[0] for _ in range(3)]
         for row in rows:
             if row.visible:  # the new process, all of it: never the old command with new numbers
@@ -261,8 +249,8 @@ def test_after_a_reused_pid_the_new_process_is_described(
         new.wait(timeout=10)
 
 
-def test_same_pid_on_two_gpus(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
-    child = spawn()
+def test_same_pid_on_two_gpus(sleeper: Sleeper) -> None:
+    child = sleeper()
     joiner = ProcessJoiner()
     for _ in range(2):  # first sighting, then one with %CPU
         rows = _rows(joiner, [_gp(child.pid, gpu=0, used=1 << 30), _gp(child.pid, gpu=1, used=2 << 30)])
@@ -275,8 +263,8 @@ def test_same_pid_on_two_gpus(spawn: Callable[..., subprocess.Popen[bytes]]) -> 
     assert rows[0].cpu_percent is not None
 
 
-def test_mixed_list_keeps_order_and_hides_nothing(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
-    a, b = spawn(), spawn()
+def test_mixed_list_keeps_order_and_hides_nothing(sleeper: Sleeper) -> None:
+    a, b = sleeper(), sleeper()
     missing = _free_pid()
     rows = _rows(ProcessJoiner(), [_gp(a.pid, gpu=1), _gp(missing, gpu=0), _gp(b.pid, gpu=0)])
     assert [(r.gpu, r.pid, r.visible) for r in rows] == [

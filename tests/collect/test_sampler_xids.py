@@ -6,10 +6,11 @@ import time
 
 from gputui.collect.sampler import Sampler
 from gputui.collect.sources.demo import DemoSource
+from gputui.model import XidEvent
 
 
 def test_the_demos_xids_reach_a_snapshot_once() -> None:
-    seen = []
+    seen: list[XidEvent] = []
     with Sampler(DemoSource(gpus=2, faults=True, start_at=89.0)) as sampler:
         end = time.monotonic() + 8.0
         while time.monotonic() < end and len(seen) < 2:

@@ -23,6 +23,7 @@ import pytest
 import gputui
 from gputui.actions import signals
 from gputui.actions.signals import Outcome, Target
+from tests.helpers import wait_until
 
 REPO = Path(gputui.__file__).resolve().parents[1]
 REAL_KILL = os.kill
@@ -43,22 +44,13 @@ EXITS = "pass"
 # Sends SIGTERM to a process as user nobody: imports as root, drops every privilege, then sends.
 SEND_AS_NOBODY = r"""
 import json, os, sys
-from gputui.collect import signals
+from gputui.actions import signals
 target = signals.Target(int(sys.argv[1]), float(sys.argv[2]))
 os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)
 print(json.dumps([[o.result, o.detail] for o in signals.send([target], "SIGTERM")]))
 """
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def status(pid: int) -> str | None:
@@ -129,7 +121,7 @@ class Lab:
 def lab(monkeypatch: pytest.MonkeyPatch) -> Iterator[Lab]:
     the_lab = Lab()
     monkeypatch.setattr(os, "kill", the_lab.kill)
-    assert signals.os.kill == the_lab.kill
+    assert vars(signals)["os"].kill == the_lab.kill  # signals calls os.kill, not a copy bound at import
     try:
         yield the_lab
     finally:
@@ -306,7 +298,7 @@ def test_a_defunct_target_counts_as_gone(lab: Lab) -> None:
     assert [o.result for o in sent] == ["sent"]
     start = time.monotonic()
     assert [o.result for o in signals.await_outcome(sent, timeout=3)] == ["gone"]
-    assert time.monotonic() - start < 0.5
+    assert time.monotonic() - start < 2.0  # at once, not the 3 s timeout (slack for load)
     assert child.wait(timeout=5) == 0
 
 

@@ -24,7 +24,7 @@ from gputui import cli
 from gputui.doctor import facts
 from gputui.doctor.facts import GpuFact, SystemFacts
 from tests.doctor.pythons import printing
-from tests.processes import wait_until
+from tests.helpers import wait_until
 
 REPO = Path(gputui.__file__).resolve().parents[1]
 TIMEOUT = 120

@@ -21,7 +21,7 @@ from gputui.actions.attach import Plan, Refusal
 from gputui.doctor import process
 from gputui.doctor.facts import SystemFacts
 from gputui.doctor.report import OK, WARNING, Check
-from tests.processes import wait_until
+from tests.helpers import wait_until
 
 LOOP = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"
 PANEL = "allocator panel:"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gputui import cli
-from gputui.doctor import facts, process, run
+from gputui.doctor import facts, process, torch_probe
 from gputui.doctor.facts import GpuFact, SystemFacts
 from gputui.doctor.report import OK, PROBLEM, WARNING
 from gputui.doctor.torch_probe import TorchFacts
@@ -76,7 +76,7 @@ def machine(monkeypatch: pytest.MonkeyPatch, holder: int) -> Iterator[list[Path 
         )
 
     monkeypatch.setattr(facts, "gather", gather)
-    monkeypatch.setattr(run.torch_probe, "probe", lambda python, env: TorchFacts(python, error="not asked"))
+    monkeypatch.setattr(torch_probe, "probe", lambda python, env: TorchFacts(python, error="not asked"))
     monkeypatch.setattr(process, "_agent_stats", lambda _pid: None)
     yield asked
     for s, handler in saved.items():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from bench.gpucheck.__main__ import why_no_nvml as _why_no_gpu
 from gputui.doctor import checks_system, facts
 from gputui.doctor.report import OK
-from tests.collect.test_nvml_real import _why_no_gpu
 
 
 @pytest.mark.gpu

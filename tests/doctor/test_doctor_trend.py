@@ -25,7 +25,7 @@ from gputui.doctor import process
 from gputui.doctor.facts import GpuFact, SystemFacts
 from gputui.doctor.process import ProcessFacts
 from gputui.doctor.report import OK, PROBLEM, WARNING, Check
-from gputui.model import GpuProcess, GpuSample, ProcessRow, Snapshot
+from gputui.model import AgentReport, GpuProcess, GpuSample, ProcessRow, Snapshot
 from gputui.ui.screens.doctor import view_of, watched_rows
 from tests.agent.conftest import stop_agent
 
@@ -263,7 +263,7 @@ def test_the_d_screen_passes_the_rows_and_the_gpus_memory() -> None:
 # -- hung, from the agent's progress -------------------------------------------------------------------
 
 
-def stats(age: float, steps: int = 41_230, usual: float = 0.4, at: float = T0) -> agent_reply.AgentReport:
+def stats(age: float, steps: int = 41_230, usual: float = 0.4, at: float = T0) -> AgentReport:
     reply = {
         "ok": True,
         "pid": PID,

@@ -23,7 +23,7 @@ from gputui.doctor import report, torch_probe
 from tests.doctor import pythons
 from tests.doctor.pythons import printing
 from tests.doctor.test_cli import check_lines, healthy_machine, keep_signals  # noqa: F401 (fixtures)
-from tests.processes import wait_until
+from tests.helpers import wait_until
 
 TIMEOUT = 120
 PLANTED = ("json", "torch", "warnings", "os", "site", "encodings")

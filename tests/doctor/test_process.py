@@ -8,13 +8,10 @@ hand, with GpuFacts whose minor numbers match the stand-in files.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,95 +25,16 @@ from gputui.doctor.facts import GpuFact, SystemFacts
 from gputui.doctor.process import NoSuchProcess, ProcessFacts
 from gputui.doctor.report import OK, PROBLEM, WARNING, Check
 from gputui.model import AgentReport, GpuProcess
-from tests.processes import describe, gone, wait_until
+from tests.helpers import wait_until
+from tests.holders import Child, Spawner
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 DEVICE_NAMES = ("nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1")
 GIB = 1 << 30
 TIMEOUT = 10.0
 
-# The child: opens the files named on its command line, says "ready", then obeys one command per line:
-#   zombie        forks a child that exits at once and is never waited for; answers its pid
-#   fork-holder   forks a child that inherits every open file and waits for a signal; answers its pid
-CHILD = r"""
-import os, signal, sys
-held = [os.open(p, os.O_RDONLY) for p in sys.argv[1:]]
-print("ready", flush=True)
-for line in sys.stdin:
-    cmd = line.strip()
-    if cmd in ("zombie", "fork-holder"):
-        pid = os.fork()
-        if pid == 0:
-            if cmd == "fork-holder":
-                while True:
-                    signal.pause()
-            os._exit(0)
-        print(pid, flush=True)
-    else:
-        print("unknown command " + cmd, flush=True)
-"""
-
 
 # -- helpers -----------------------------------------------------------------------------------------
-
-
-class Child:
-    def __init__(self, popen: subprocess.Popen[str]) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-
-    def ask(self, command: str) -> str:
-        assert self.popen.stdin is not None and self.popen.stdout is not None
-        self.popen.stdin.write(command + "\n")
-        self.popen.stdin.flush()
-        answer = self.popen.stdout.readline().strip()
-        assert answer, f"child {self.pid} died on {command!r}"
-        return answer
-
-
-class Spawner:
-    """Starts children holding named stand-in device files; `end()` ends each one and what it forked."""
-
-    def __init__(self, devices: Path) -> None:
-        self.devices = devices
-        self.children: list[Child] = []
-        self.forked: list[psutil.Process] = []  # grandchildren: zombies, holders, orphans
-
-    def __call__(self, *names: str, env: dict[str, str] | None = None) -> Child:
-        p = subprocess.Popen(
-            [sys.executable, "-c", CHILD, *(str(self.devices / n) for n in names)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env if env is not None else env_without_cvd(),
-        )
-        child = Child(p)
-        self.children.append(child)
-        assert p.stdout is not None
-        assert p.stdout.readline().strip() == "ready", "the child did not start"
-        return child
-
-    def fork(self, parent: Child, command: str) -> int:
-        pid = int(parent.ask(command))
-        with contextlib.suppress(psutil.NoSuchProcess):
-            self.forked.append(psutil.Process(pid))
-        return pid
-
-    def end(self) -> None:
-        for proc in self.forked:  # a holder or an orphan waits for a signal; a zombie ignores it
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        for child in self.children:
-            if child.popen.poll() is None:
-                child.popen.kill()
-            child.popen.wait(timeout=TIMEOUT)
-            for stream in (child.popen.stdin, child.popen.stdout):
-                with contextlib.suppress(OSError):
-                    if stream is not None:
-                        stream.close()
-        # Grandchildren are reaped by their parent's reaper (init) once the parent is gone.
-        left = [p for p in self.forked if not wait_until(lambda p=p: gone(p), TIMEOUT)]
-        assert not left, describe(left)
 
 
 @pytest.fixture
@@ -126,15 +44,6 @@ def devices(tmp_path: Path) -> Path:
     for name in DEVICE_NAMES:
         (path / name).touch()
     return path
-
-
-@pytest.fixture
-def spawn(devices: Path) -> Iterator[Spawner]:
-    spawner = Spawner(devices)
-    try:
-        yield spawner
-    finally:
-        spawner.end()
 
 
 GPUS = (
@@ -177,7 +86,7 @@ def listed(pid: int, gpu: int = 0, used: int | None = 10 * GIB) -> GpuProcess:
     return GpuProcess(gpu=gpu, pid=pid, kinds="C", used_memory=used, sm_util=0, mem_util=0)
 
 
-def no_agent(_pid: int) -> dict[str, Any] | None:
+def no_agent(_pid: int) -> AgentReport | None:
     return None
 
 
@@ -204,8 +113,8 @@ def env_without_cvd(**extra: str) -> dict[str, str]:
 # -- the device files --------------------------------------------------------------------------------
 
 
-def test_a_process_holding_the_device_files(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
+def test_a_process_holding_the_device_files(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia0")
     facts = system(listed(child.pid))
     p, checks = examine(child.pid, facts, devices)
     assert p.pid == child.pid
@@ -220,8 +129,8 @@ def test_a_process_holding_the_device_files(devices: Path, spawn: Spawner) -> No
     assert lines(checks, PROBLEM) == [] and lines(checks, WARNING) == []
 
 
-def test_a_process_holding_nothing_never_initialized_cuda(devices: Path, spawn: Spawner) -> None:
-    child = spawn()
+def test_a_process_holding_nothing_never_initialized_cuda(devices: Path, holders: Spawner) -> None:
+    child = holders()
     p, checks = examine(child.pid, system(), devices)
     assert p.devices == ()
     assert p.memory == {}
@@ -232,11 +141,11 @@ def test_a_process_holding_nothing_never_initialized_cuda(devices: Path, spawn: 
     assert "CUDA_VISIBLE_DEVICES" in problems[0].fix and "--python" in problems[0].fix
 
 
-def test_only_the_files_of_the_devices_dir_count(devices: Path, spawn: Spawner, tmp_path: Path) -> None:
+def test_only_the_files_of_the_devices_dir_count(devices: Path, holders: Spawner, tmp_path: Path) -> None:
     elsewhere = tmp_path / "other"
     elsewhere.mkdir()
     (elsewhere / "nvidia0").touch()
-    child = spawn("nvidia1")
+    child = holders("nvidia1")
     p, _ = examine(child.pid, system(listed(child.pid, gpu=1)), elsewhere)
     assert p.devices == ()
     p, checks = examine(child.pid, system(listed(child.pid, gpu=1)), devices)
@@ -247,8 +156,8 @@ def test_only_the_files_of_the_devices_dir_count(devices: Path, spawn: Spawner, 
 # -- CUDA_VISIBLE_DEVICES from its real environment --------------------------------------------------
 
 
-def test_its_cuda_visible_devices_names_the_nvml_gpu(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia1", env=env_without_cvd(CUDA_VISIBLE_DEVICES="1"))
+def test_its_cuda_visible_devices_names_the_nvml_gpu(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia1", env=env_without_cvd(CUDA_VISIBLE_DEVICES="1"))
     p, checks = examine(child.pid, system(listed(child.pid, gpu=1)), devices)
     assert p.environ is not None and p.environ["CUDA_VISIBLE_DEVICES"] == "1"
     cvd = [c for c in checks if "CUDA_VISIBLE_DEVICES" in c.found]
@@ -257,8 +166,8 @@ def test_its_cuda_visible_devices_names_the_nvml_gpu(devices: Path, spawn: Spawn
     assert cvd[0].found == f"pid {child.pid}: its CUDA_VISIBLE_DEVICES=1: cuda:0 = NVML GPU 1"
 
 
-def test_its_cuda_visible_devices_minus_one_hides_every_gpu(devices: Path, spawn: Spawner) -> None:
-    child = spawn(env=env_without_cvd(CUDA_VISIBLE_DEVICES="-1"))
+def test_its_cuda_visible_devices_minus_one_hides_every_gpu(devices: Path, holders: Spawner) -> None:
+    child = holders(env=env_without_cvd(CUDA_VISIBLE_DEVICES="-1"))
     p, checks = examine(child.pid, system(), devices)
     assert p.environ is not None and p.environ["CUDA_VISIBLE_DEVICES"] == "-1"
     cvd = [c for c in checks if "CUDA_VISIBLE_DEVICES=-1" in c.found]
@@ -268,8 +177,8 @@ def test_its_cuda_visible_devices_minus_one_hides_every_gpu(devices: Path, spawn
     assert "0..1" in cvd[0].fix  # the ids this machine has
 
 
-def test_its_cuda_visible_devices_unset_sees_all_gpus(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidiactl", "nvidia0", env=env_without_cvd())
+def test_its_cuda_visible_devices_unset_sees_all_gpus(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidiactl", "nvidia0", env=env_without_cvd())
     p, checks = examine(child.pid, system(listed(child.pid)), devices)
     assert p.environ is not None and "CUDA_VISIBLE_DEVICES" not in p.environ
     assert (
@@ -279,11 +188,11 @@ def test_its_cuda_visible_devices_unset_sees_all_gpus(devices: Path, spawn: Spaw
 
 
 def test_the_test_processes_own_environment_does_not_leak_in(
-    devices: Path, spawn: Spawner, monkeypatch: pytest.MonkeyPatch
+    devices: Path, holders: Spawner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The child's environment is read from /proc/PID/environ, not taken from the doctor's own."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    child = spawn(env=env_without_cvd(CUDA_VISIBLE_DEVICES="1"))
+    child = holders(env=env_without_cvd(CUDA_VISIBLE_DEVICES="1"))
     p, _ = examine(child.pid, system(), devices)
     assert p.environ is not None and p.environ["CUDA_VISIBLE_DEVICES"] == "1"
 
@@ -291,17 +200,17 @@ def test_the_test_processes_own_environment_does_not_leak_in(
 # -- GPU memory, idle --------------------------------------------------------------------------------
 
 
-def test_gpu_memory_from_nvml(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
-    other = spawn("nvidiactl", "nvidia1")
+def test_gpu_memory_from_nvml(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia0")
+    other = holders("nvidiactl", "nvidia1")
     facts = system(listed(child.pid, gpu=0, used=10 * GIB), listed(other.pid, gpu=1, used=3 * GIB))
     p, checks = examine(child.pid, facts, devices)
     assert p.memory == {0: 10 * GIB}  # only its own
     assert Check("process", OK, f"pid {child.pid} uses 10.0 GiB on GPU 0") in checks
 
 
-def test_gpu_memory_on_two_gpus(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1")
+def test_gpu_memory_on_two_gpus(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1")
     facts = system(listed(child.pid, gpu=1, used=2 * GIB), listed(child.pid, gpu=0, used=10 * GIB))
     p, checks = examine(child.pid, facts, devices)
     assert p.memory == {0: 10 * GIB, 1: 2 * GIB}
@@ -309,9 +218,9 @@ def test_gpu_memory_on_two_gpus(devices: Path, spawn: Spawner) -> None:
     assert lines(checks, PROBLEM) == [] and lines(checks, WARNING) == []
 
 
-def test_holds_device_files_but_nvml_lists_no_memory(devices: Path, spawn: Spawner) -> None:
+def test_holds_device_files_but_nvml_lists_no_memory(devices: Path, holders: Spawner) -> None:
     """NVML lists it, without a memory figure (it may not say, e.g. for another user's process)."""
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia0")
     p, checks = examine(child.pid, system(listed(child.pid, used=None)), devices)
     assert p.memory == {0: None}
     assert p.category == classify.OK
@@ -324,9 +233,9 @@ def test_holds_device_files_but_nvml_lists_no_memory(devices: Path, spawn: Spawn
     assert lines(checks, PROBLEM) == []
 
 
-def test_holds_device_files_and_nvml_does_not_list_it(devices: Path, spawn: Spawner) -> None:
+def test_holds_device_files_and_nvml_does_not_list_it(devices: Path, holders: Spawner) -> None:
     """Not in NVML's list at all, and its parent (this test) is on no GPU: unseen."""
-    child = spawn("nvidiactl", "nvidia0")
+    child = holders("nvidiactl", "nvidia0")
     p, checks = examine(child.pid, system(), devices)
     assert p.memory == {}
     assert p.category == classify.UNSEEN
@@ -336,8 +245,8 @@ def test_holds_device_files_and_nvml_does_not_list_it(devices: Path, spawn: Spaw
     assert "kill it" in unseen.fix
 
 
-def test_idle_on_the_gpu_while_holding_memory(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
+def test_idle_on_the_gpu_while_holding_memory(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia0")
     asked: list[dict[int, int | None]] = []
 
     def idle(memory: dict[int, int | None]) -> float:
@@ -354,20 +263,23 @@ def test_idle_on_the_gpu_while_holding_memory(devices: Path, spawn: Spawner) -> 
 
 
 @pytest.mark.parametrize("seconds", [30.0, None], ids=["30s", "unknown"])
-def test_not_idle_long_enough_for_a_warning(devices: Path, spawn: Spawner, seconds: float | None) -> None:
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
+def test_not_idle_long_enough_for_a_warning(devices: Path, holders: Spawner, seconds: float | None) -> None:
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia0")
     p, checks = examine(child.pid, system(listed(child.pid)), devices, idle_s=lambda _m: seconds)
     assert p.idle_s == seconds
     assert not any("0%" in c.found for c in checks)
     assert lines(checks, WARNING) == [] and lines(checks, PROBLEM) == []
 
 
-def test_idle_is_not_asked_without_gpu_memory(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidiactl", "nvidia0")
+def test_idle_is_not_asked_without_gpu_memory(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidiactl", "nvidia0")
     asked: list[dict[int, int | None]] = []
-    p, checks = examine(
-        child.pid, system(listed(child.pid, used=None)), devices, idle_s=lambda m: asked.append(m) or 3600.0
-    )
+
+    def idle_s(m: dict[int, int | None]) -> float:
+        asked.append(m)
+        return 3600.0
+
+    p, checks = examine(child.pid, system(listed(child.pid, used=None)), devices, idle_s=idle_s)
     assert asked == [] and p.idle_s is None
     assert not any("0%" in c.found for c in checks)
 
@@ -375,19 +287,19 @@ def test_idle_is_not_asked_without_gpu_memory(devices: Path, spawn: Spawner) -> 
 # -- zombie classes ----------------------------------------------------------------------------------
 
 
-def make_zombie(spawn: Spawner, parent: Child) -> int:
-    zombie = spawn.fork(parent, "zombie")
+def make_zombie(holders: Spawner, parent: Child) -> int:
+    zombie = holders.fork(parent, "zombie")
     assert wait_until(lambda: psutil.Process(zombie).status() == psutil.STATUS_ZOMBIE, TIMEOUT)
     assert psutil.Process(zombie).ppid() == parent.pid
     return zombie
 
 
 @pytest.mark.parametrize("nvml_lists", ["the-zombie", "its-parent"])
-def test_a_defunct_process_is_a_problem(devices: Path, spawn: Spawner, nvml_lists: str) -> None:
+def test_a_defunct_process_is_a_problem(devices: Path, holders: Spawner, nvml_lists: str) -> None:
     """A parent that never reaps a child that exited. The defunct holds no files (its descriptors are
     closed); NVML may still list it (a context not yet torn down) or list its parent."""
-    parent = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
-    zombie = make_zombie(spawn, parent)
+    parent = holders("nvidiactl", "nvidia-uvm", "nvidia0")
+    zombie = make_zombie(holders, parent)
     facts = system(listed(zombie if nvml_lists == "the-zombie" else parent.pid))
     p, checks = examine(zombie, facts, devices)
     assert p.category == classify.DEFUNCT
@@ -399,9 +311,9 @@ def test_a_defunct_process_is_a_problem(devices: Path, spawn: Spawner, nvml_list
     assert checks == defunct  # nothing about its files or environment: they went when it exited
 
 
-def test_an_orphan_holder_is_a_problem(devices: Path, spawn: Spawner) -> None:
-    parent = spawn("nvidiactl", "nvidia0")
-    orphan = spawn.fork(parent, "fork-holder")
+def test_an_orphan_holder_is_a_problem(devices: Path, holders: Spawner) -> None:
+    parent = holders("nvidiactl", "nvidia0")
+    orphan = holders.fork(parent, "fork-holder")
     assert wait_until(
         lambda: (
             process.gather(orphan, system(), devices, agent=no_agent).devices
@@ -431,10 +343,10 @@ def test_an_orphan_holder_is_a_problem(devices: Path, spawn: Spawner) -> None:
     assert f"pid {orphan} holds device files but NVML lists no GPU memory for it" in lines(checks, WARNING)
 
 
-def test_a_data_loader_worker_is_no_problem(devices: Path, spawn: Spawner) -> None:
+def test_a_data_loader_worker_is_no_problem(devices: Path, holders: Spawner) -> None:
     """A fork of a GPU process that holds its files but has no memory of its own: a worker, not a zombie."""
-    parent = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
-    worker = spawn.fork(parent, "fork-holder")
+    parent = holders("nvidiactl", "nvidia-uvm", "nvidia0")
+    worker = holders.fork(parent, "fork-holder")
     facts = system(listed(parent.pid))
     assert wait_until(
         lambda: (
@@ -451,8 +363,8 @@ def test_a_data_loader_worker_is_no_problem(devices: Path, spawn: Spawner) -> No
     assert worker_line in lines(checks, OK)
 
 
-def test_a_stopped_process_is_stuck(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
+def test_a_stopped_process_is_stuck(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia0")
     os.kill(child.pid, signal.SIGSTOP)
     assert wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_STOPPED, TIMEOUT)
     p, checks = examine(child.pid, system(listed(child.pid)), devices)
@@ -466,7 +378,7 @@ def test_a_stopped_process_is_stuck(devices: Path, spawn: Spawner) -> None:
 
 
 def agent_reply(share: object = 0.071, progress: object = None) -> dict[str, Any]:
-    reply = json.loads((FIXTURES / "agent_stats_cuda.json").read_text())
+    reply: dict[str, Any] = json.loads((FIXTURES / "agent_stats_cuda.json").read_text())
     if progress is not None:
         reply["progress"] = progress
     else:
@@ -479,8 +391,8 @@ def report(pid: int, reply: Any) -> AgentReport:
     return parse(pid, {**reply, "pid": pid} if isinstance(reply, dict) else reply)
 
 
-def test_input_bound_from_the_agent(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
+def test_input_bound_from_the_agent(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia0")
     asked: list[int] = []
 
     def agent(pid: int) -> AgentReport:
@@ -495,8 +407,8 @@ def test_input_bound_from_the_agent(devices: Path, spawn: Spawner) -> None:
     assert "num_workers" in bound.fix
 
 
-def test_not_input_bound(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
+def test_not_input_bound(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia0")
     p, checks = examine(
         child.pid, system(listed(child.pid)), devices, agent=lambda pid: report(pid, agent_reply())
     )
@@ -528,8 +440,10 @@ def test_not_input_bound(devices: Path, spawn: Spawner) -> None:
         "no-agent",
     ],
 )
-def test_a_malformed_agent_reply_gives_no_data_loader_line(devices: Path, spawn: Spawner, reply: Any) -> None:
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
+def test_a_malformed_agent_reply_gives_no_data_loader_line(
+    devices: Path, holders: Spawner, reply: Any
+) -> None:
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia0")
     p, checks = examine(
         child.pid,
         system(listed(child.pid)),
@@ -541,9 +455,9 @@ def test_a_malformed_agent_reply_gives_no_data_loader_line(devices: Path, spawn:
     assert lines(checks, WARNING) == [] and lines(checks, PROBLEM) == []
 
 
-def test_without_an_agent_argument_no_agent_is_found(devices: Path, spawn: Spawner) -> None:
+def test_without_an_agent_argument_no_agent_is_found(devices: Path, holders: Spawner) -> None:
     """The default asks the real agent directory; a plain child runs no agent."""
-    child = spawn("nvidiactl", "nvidia-uvm", "nvidia0")
+    child = holders("nvidiactl", "nvidia-uvm", "nvidia0")
     p = process.gather(child.pid, system(listed(child.pid)), devices)
     assert p.wait_share is None
 
@@ -557,8 +471,8 @@ def test_a_pid_no_process_can_have(devices: Path) -> None:
         process.gather(pid, system(), devices, agent=no_agent)
 
 
-def test_a_process_that_has_ended(devices: Path, spawn: Spawner) -> None:
-    child = spawn("nvidia0")
+def test_a_process_that_has_ended(devices: Path, holders: Spawner) -> None:
+    child = holders("nvidia0")
     child.popen.kill()
     child.popen.wait(timeout=TIMEOUT)
     assert not psutil.pid_exists(child.pid)

@@ -4,6 +4,7 @@ and the process's memory maps."""
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 import stat
 from pathlib import Path
@@ -90,7 +91,7 @@ def as_other_user(monkeypatch: pytest.MonkeyPatch) -> None:
         want = (0o004 if mode & os.R_OK else 0) | (0o002 if mode & os.W_OK else 0)
         return other & want == want
 
-    monkeypatch.setattr(facts.os, "access", access)
+    monkeypatch.setattr(os, "access", access)  # facts reads os.access
 
 
 def gathered(fake: FakeNvml, root: Path, maps: Path) -> SystemFacts:
@@ -237,7 +238,7 @@ def test_nvml_init_failure(
     found: str,
     fix: str,
 ) -> None:
-    monkeypatch.setattr(facts.ctypes.util, "find_library", lambda name: None)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
     fake.init_error = error
     f = gathered(fake, machine(tmp_path), maps)
     assert f.nvml_error == kind
@@ -256,7 +257,7 @@ def test_library_not_found_names_the_candidates(
     fake: FakeNvml, tmp_path: Path, maps: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        facts.ctypes.util, "find_library", lambda name: "libnvidia-ml.so.1" if name == "nvidia-ml" else None
+        ctypes.util, "find_library", lambda name: "libnvidia-ml.so.1" if name == "nvidia-ml" else None
     )
     fake.init_error = pynvml.NVMLError_LibraryNotFound
     f = gathered(fake, machine(tmp_path), maps)

@@ -8,6 +8,7 @@ import sys
 import time
 from itertools import groupby
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,7 +63,10 @@ def system(
 
 
 def judged(
-    tmp_path: Path, doc: dict, sys_facts: SystemFacts | None = None, seen: tuple[GpuFact, ...] | None = None
+    tmp_path: Path,
+    doc: dict[str, Any],
+    sys_facts: SystemFacts | None = None,
+    seen: tuple[GpuFact, ...] | None = None,
 ) -> list[Check]:
     """The torch checks for a Python whose probe prints `doc`."""
     sys_facts = sys_facts or system()

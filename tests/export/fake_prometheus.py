@@ -377,7 +377,7 @@ class FakePrometheus:
     def _live(self) -> Iterator[FakeHost]:
         return (h for h in self.hosts.values() if not h.stopped)
 
-    def _instant(self, query: str, at: float) -> list[dict[str, Any]]:
+    def _instant(self, query: str, at: float) -> list[dict[str, Any]]:  # noqa: C901
         wanted = _matchers(query)
 
         def keep(labels: dict[str, str]) -> bool:
@@ -447,12 +447,12 @@ class FakePrometheus:
         elif "gputui_process_gpu_memory_bytes" in query:
             for host in self._live():
                 for p in host.processes if host.gputui else ():
-                    gpu = int(p["gpu"])
+                    index = int(p["gpu"])
                     labels = host._named(
                         {
                             "__name__": "gputui_process_gpu_memory_bytes",
-                            "gpu": str(gpu),
-                            "UUID": host.uuid(gpu),
+                            "gpu": str(index),
+                            "UUID": host.uuid(index),
                             "pid": str(p["pid"]),
                             "user": p["user"],
                             "command": p["command"],
@@ -464,11 +464,11 @@ class FakePrometheus:
                     if keep(labels):
                         out.append(sample(labels, p["memory"]))
                 for job in host.jobs if host.gputui and "gputui_job_gpu_memory_bytes" in query else ():
-                    gpu = int(job["gpu"])
+                    index = int(job["gpu"])
                     labels = host._named(
                         {
                             "__name__": "gputui_job_gpu_memory_bytes",
-                            "UUID": host.uuid(gpu),
+                            "UUID": host.uuid(index),
                             "instance": host.instance,
                             "job": host.job,
                             **{k: str(v) for k, v in job.items() if k != "memory"},

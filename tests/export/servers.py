@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PROMETHEUS = shutil.which("prometheus")
 NO_PROMETHEUS = "the prometheus binary is not installed (apt-get install prometheus; .ci/run does)"
@@ -29,7 +30,8 @@ NO_OPENSSL = "the openssl command is not installed (apt-get install openssl): no
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # (host, port)
+        return port
 
 
 class Exporter:
@@ -69,7 +71,8 @@ class Exporter:
 
     def scrape(self) -> str:
         with urllib.request.urlopen(self.url, timeout=5) as reply:
-            return reply.read().decode()
+            body: bytes = reply.read()
+            return body.decode()
 
     def stop(self) -> int | None:
         if self.proc.poll() is None:
@@ -102,6 +105,7 @@ class PrometheusServer:
 
     def start(self) -> None:
         """(Re)start on the same port and data directory."""
+        assert PROMETHEUS is not None, NO_PROMETHEUS
         self.log = open(self.workdir / "prometheus.log", "a")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [
@@ -129,15 +133,16 @@ class PrometheusServer:
                 time.sleep(0.2)
         raise RuntimeError("prometheus did not become ready")
 
-    def query(self, promql: str) -> list[dict]:
+    def query(self, promql: str) -> list[dict[str, Any]]:
         data = urllib.parse.urlencode({"query": promql}).encode()
         with urllib.request.urlopen(f"{self.url}/api/v1/query", data=data, timeout=5) as reply:
-            return json.loads(reply.read())["data"]["result"]
+            result: list[dict[str, Any]] = json.loads(reply.read())["data"]["result"]
+            return result
 
-    def wait_for(self, promql: str, count: int = 1, timeout: float = 30.0) -> list[dict]:
+    def wait_for(self, promql: str, count: int = 1, timeout: float = 30.0) -> list[dict[str, Any]]:
         """The query's result once it has at least `count` series."""
         end = time.monotonic() + timeout
-        result: list[dict] = []
+        result: list[dict[str, Any]] = []
         while time.monotonic() < end:
             result = self.query(promql)
             if len(result) >= count:
@@ -202,7 +207,7 @@ def make_tls_files(directory: Path) -> TlsFiles:
     new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout"]
     _openssl("req", "-x509", "-config", config, "-extensions", "ca", *new_key, ca_key, "-out", ca, *ten_years)
     _openssl("req", "-new", "-config", config, *new_key, key, "-out", request, "-subj", "/CN=127.0.0.1")
-    signed_by_ca = ["-CA", ca, "-CAkey", ca_key, "-set_serial", "2", *ten_years]
+    signed_by_ca: list[str | Path] = ["-CA", ca, "-CAkey", ca_key, "-set_serial", "2", *ten_years]
     _openssl(
         "x509",
         "-req",

@@ -11,7 +11,11 @@ import pytest
 
 from tests.export.servers import NO_PROMETHEUS, PROMETHEUS, Exporter, PrometheusServer
 
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.prometheus,
+    pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS),
+]
 
 GPUS = 2
 # (expression, lowest, highest): what each must return for every GPU of the demo.

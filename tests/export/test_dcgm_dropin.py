@@ -209,7 +209,7 @@ def test_counters_keep_dcgm_exporters_names_in_the_text_format() -> None:
     from prometheus_client.registry import CollectorRegistry
 
     registry = CollectorRegistry()
-    registry.register(_Families(snapshot([gpu0(nvlink_rx=1.0, nvlink_tx=1.0)])))  # type: ignore[arg-type]
+    registry.register(_Families(snapshot([gpu0(nvlink_rx=1.0, nvlink_tx=1.0)])))
     text = retype_counters(generate_latest(registry), openmetrics=False).decode()
     for name in ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"):
         assert f"# TYPE {name} counter\n" in text and f"# HELP {name} " in text

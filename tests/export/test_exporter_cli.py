@@ -22,7 +22,8 @@ from gputui import __version__
 from gputui.analyze.classify import SUSPICIOUS
 from gputui.export.metrics import DCGM_COUNTERS
 from tests.export.servers import Exporter
-from tests.processes import describe, gone, wait_until
+from tests.helpers import wait_until
+from tests.processes import describe, gone
 
 TIMEOUT = 30
 DCGM_NAMES = (

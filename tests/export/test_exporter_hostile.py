@@ -32,7 +32,7 @@ from gputui.export import exporter as ex
 from gputui.model import GpuProcess
 from tests.export.servers import Exporter as ExporterProcess
 from tests.export.test_metrics import FakeSampler, snapshot
-from tests.processes import wait_until
+from tests.helpers import wait_until
 
 IDLE_SOCKETS = 1000
 HOSTILE_ARG = b"\xff\x1b]0;pwned\x07"
@@ -168,7 +168,7 @@ def test_every_label_of_every_family_is_made_printable() -> None:
     exporter = ex.Exporter(FakeSampler([snap], hostname=evil))  # type: ignore[arg-type]
     exporter.tick()
     registry = CollectorRegistry()
-    registry.register(exporter)  # type: ignore[arg-type]
+    registry.register(exporter)
     body = generate_latest(registry)  # raised UnicodeEncodeError on the lone surrogate
     assert_clean_exposition(body)
     samples = [s for fam in text_string_to_metric_families(body.decode()) for s in fam.samples]
@@ -223,7 +223,7 @@ def test_a_scrape_never_calls_the_sampler_and_never_holds_up_a_tick() -> None:
     # A scrape held half-way through rendering (the exporter's families done, another collector slow):
     # the sample clock goes on.
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(exporter)  # type: ignore[arg-type]
+    registry.register(exporter)
     blocker = BlockingCollector()
     registry.register(blocker)  # type: ignore[arg-type]
     slow_server = ex.MetricsServer(registry, 0, "127.0.0.1")
@@ -236,7 +236,7 @@ def test_a_scrape_never_calls_the_sampler_and_never_holds_up_a_tick() -> None:
         started = time.monotonic()
         for _ in range(3):
             assert exporter.tick() is not None
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 3.0  # not held by the scrape (10 s): slack for load
         assert sampler.ticks == 4
     finally:
         blocker.release.set()
@@ -279,6 +279,7 @@ def test_a_thousand_idle_connections_neither_block_scrapes_nor_burn_cpu(
             assert time.monotonic() - started < 1
 
 
+@pytest.mark.slow
 def test_a_slow_loris_client_is_cut_off_at_the_request_timeout(exporter_process: ExporterProcess) -> None:
     request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
     with socket.create_connection(("127.0.0.1", exporter_process.port), timeout=15) as s:

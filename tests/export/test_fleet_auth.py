@@ -401,7 +401,7 @@ def test_the_deadline_holds_over_https(https: FakePrometheus, tls: TlsFiles) -> 
     began = time.monotonic()
     with pytest.raises(PrometheusError) as err:
         connect(https.url, timeout=1.0, ca_file=tls.ca).query("up")
-    assert 0.9 <= time.monotonic() - began < 1.6
+    assert 0.9 <= time.monotonic() - began < 3.0  # the drip never ends: the 1 s deadline did
     assert message(err) == f"Prometheus at {https.url} did not answer within 1 s"
 
 

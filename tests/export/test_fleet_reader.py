@@ -383,7 +383,7 @@ class FocusClearedMidRefresh(FleetReader):
 
     reads = 0
 
-    @property  # type: ignore[override]
+    @property
     def focus(self) -> str | None:
         self.reads += 1
         return "a" if self.reads == 1 else None

@@ -3,8 +3,7 @@ queries, and `gputui fleet` shows it, opens a host, and says so when Prometheus 
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import pytest
@@ -15,6 +14,7 @@ from gputui.export.promql import Prometheus
 from gputui.ui.fleet_app import FleetApp
 from gputui.ui.screens.fleet_host import HostScreen
 from tests.export.fake_prometheus import MODEL, FakePrometheus
+from tests.helpers import until
 from tests.ui.drawn import lines
 
 HOSTS, GPUS = 100, 8
@@ -33,19 +33,11 @@ def fake() -> Iterator[FakePrometheus]:
         yield server
 
 
-async def until(pilot: Pilot[int], condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await pilot.pause(0.02)
-    await pilot.pause()
-
-
 @asynccontextmanager
 async def running(app: FleetApp) -> AsyncIterator[Pilot[int]]:
     """The app in a 160x50 terminal, its first view drawn (the app stops its refresh thread as it ends)."""
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.frames >= 1 and len(app.view.hosts) == HOSTS)
+        await until(pilot, lambda: app.frames >= 1 and len(app.view.hosts) == HOSTS, 15.0, settle=True)
         yield pilot
 
 
@@ -79,7 +71,8 @@ async def test_fleet_app_over_100_hosts(fake: FakePrometheus) -> None:
         assert "100 hosts · 800 GPUs" in lines(app.header)[0]
 
         await pilot.press("end")
-        assert app.table.current.name == busy[-1]
+        current = app.table.current
+        assert current is not None and current.name == busy[-1]
         assert names(app)[-1] == busy[-1] and names(app) == busy[-len(shown) :]
 
         await pilot.press("i")  # idlest first: the cursor stays on its host, now at the top
@@ -87,15 +80,17 @@ async def test_fleet_app_over_100_hosts(fake: FakePrometheus) -> None:
         assert idle == busy[::-1]
         assert names(app) == idle[: len(shown)]
         assert lines(app.table)[1].split()[:3] == [idle[0], f"0/{GPUS}", "0%"]
-        assert app.table.current.name == idle[0] and app.table.cursor == 0
+        current = app.table.current
+        assert current is not None and current.name == idle[0] and app.table.cursor == 0
         assert "sort idle" in lines(app.header)[0]
 
         frames = app.frames
         await pilot.press("enter")
         assert isinstance(app.screen, HostScreen) and reader.focus == idle[0]
         host_view = app.screen.host_view
-        await until(pilot, lambda: app.frames > frames and app.view.detail is not None)
-        assert app.view.detail.host == idle[0] and app.view.queries == 8
+        await until(pilot, lambda: app.frames > frames and app.view.detail is not None, 15.0, settle=True)
+        detail = app.view.detail
+        assert detail is not None and detail.host == idle[0] and app.view.queries == 8
         drawn = lines(host_view)
         assert drawn[0].split()[0] == idle[0]
         gpu_rows = [line for line in drawn if MODEL in line]
@@ -108,7 +103,7 @@ async def test_fleet_app_over_100_hosts(fake: FakePrometheus) -> None:
         assert reader.focus is None
         frames = app.frames
         app.action_refresh()
-        await until(pilot, lambda: app.frames > frames)
+        await until(pilot, lambda: app.frames > frames, 15.0, settle=True)
         assert app.view.queries == 5 and app.view.detail is None
         assert names(app)[0] == idle[0]
 
@@ -121,7 +116,7 @@ async def test_prometheus_gone_keeps_the_fleet_on_screen_under_a_banner(fake: Fa
         assert lines(app.banner) == [""]
         fake.stop()
         app.action_refresh()
-        await until(pilot, lambda: app.view.error is not None)
+        await until(pilot, lambda: app.view.error is not None, 15.0, settle=True)
         banner = lines(app.banner)[0]
         assert f"cannot reach Prometheus at {fake.url}" in banner
         assert "showing data from" in banner and "retry in" in banner
@@ -130,7 +125,7 @@ async def test_prometheus_gone_keeps_the_fleet_on_screen_under_a_banner(fake: Fa
 
         fake.start()
         app.action_refresh()
-        await until(pilot, lambda: app.view.error is None)
+        await until(pilot, lambda: app.view.error is None, 15.0, settle=True)
         assert app.view.failures == 0 and lines(app.banner) == [""]
         assert names(app) == before
 
@@ -142,7 +137,7 @@ async def test_a_slow_prometheus_is_named_in_the_banner(fake: FakePrometheus) ->
         before = names(app)
         fake.delay = 5.0
         app.action_refresh()
-        await until(pilot, lambda: app.view.error is not None)
+        await until(pilot, lambda: app.view.error is not None, 15.0, settle=True)
         banner = lines(app.banner)[0]
         assert f"Prometheus at {fake.url} did not answer within 0.3 s" in banner
         assert "showing data from" in banner

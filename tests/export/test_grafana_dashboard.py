@@ -22,7 +22,11 @@ import pytest
 from gputui.analyze import dip_causes
 from tests.export.servers import NO_PROMETHEUS, PROMETHEUS, Exporter, PrometheusServer
 
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.prometheus,
+    pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS),
+]
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "gputui-dashboard.json"
 GPUS = 4
@@ -55,7 +59,8 @@ _LABEL_VALUES = re.compile(r"^label_values\((.+),\s*([A-Za-z_][A-Za-z0-9_]*)\)$"
 
 
 def dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())
+    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return loaded
 
 
 def all_panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:

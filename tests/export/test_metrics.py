@@ -29,7 +29,7 @@ from gputui.export.metrics import (
     families,
     retype_counters,
 )
-from gputui.model import GpuSample, ProcessRow, Snapshot
+from gputui.model import Category, GpuSample, ProcessRow, Snapshot
 
 HOST = "node-7"
 DRIVER = "580.95.05"
@@ -174,7 +174,7 @@ def proc(
     pid: int,
     gpu: int | None = 0,
     used: int | None = 2 * 1024 * MIB,
-    category: str = "ok",
+    category: Category = "ok",
     command: str | None = "/opt/conda/bin/python train.py --epochs 90",
     user: str | None = "alice",
     name: str | None = "python",
@@ -215,7 +215,8 @@ def snapshot(
 
 
 def agent_reply() -> dict[str, Any]:
-    return json.loads(FIXTURE.read_text())
+    reply: dict[str, Any] = json.loads(FIXTURE.read_text())
+    return reply
 
 
 # -- DCGM fields ------------------------------------------------------------------------------------------
@@ -579,13 +580,15 @@ def test_agent_allocator_metrics_from_a_real_reply() -> None:
         "gputui_agent_ooms_total": 0,
     }
     for name, value in want.items():
-        assert s.series(name) == [(labels, pytest.approx(value))], name
+        approx: list[tuple[dict[str, str], object]] = [(labels, pytest.approx(value))]
+        assert s.series(name) == approx, name
     assert s.types["gputui_agent_alloc_retries_total"] == "counter"
     assert s.types["gputui_agent_ooms_total"] == "counter"
     assert s.types["gputui_agent_reserved_bytes"] == "gauge"
-    assert s.series("gputui_agent_data_wait_ratio") == [
+    wait_ratio: list[tuple[dict[str, str], object]] = [
         ({"Hostname": HOST, "pid": "4101", "command": AGENT_COMMAND}, pytest.approx(0.071))
     ]
+    assert s.series("gputui_agent_data_wait_ratio") == wait_ratio
 
 
 def test_an_agent_without_a_process_row_has_an_empty_command() -> None:
@@ -679,7 +682,7 @@ def test_a_malformed_agent_reply_gives_no_series(change: str) -> None:
 
 
 def test_a_non_dict_agent_reply_is_skipped() -> None:
-    s = scrape_snapshot(snapshot(agents={1: "not a reply", 2: None, 4101: agent_reply()}))  # type: ignore[dict-item]
+    s = scrape_snapshot(snapshot(agents={1: "not a reply", 2: None, 4101: agent_reply()}))
     assert {labels["pid"] for labels, _ in s.series("gputui_agent_reserved_bytes")} == {"4101"}
 
 

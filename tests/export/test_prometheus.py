@@ -5,7 +5,6 @@ processes with different host names, on loopback. Skipped, with the reason, wher
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,9 +16,14 @@ from gputui.export.promql import Prometheus
 from gputui.ui.fleet_app import FleetApp
 from gputui.ui.screens.fleet_host import HostScreen
 from tests.export.servers import NO_PROMETHEUS, PROMETHEUS, Exporter, PrometheusServer
+from tests.helpers import until
 from tests.ui.drawn import lines
 
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.prometheus,
+    pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS),
+]
 
 HOSTS = {"node-a": 2, "node-b": 3}  # host name -> demo GPUs
 
@@ -94,19 +98,12 @@ def test_gputui_metrics_through_prometheus(fleet: tuple[PrometheusServer, list[E
     assert {s["metric"]["kind"] for s in dips} == {"stall", "long"}
 
 
-async def _until(pilot, check, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < end, "timed out"
-        await pilot.pause(0.1)
-
-
 async def test_fleet_shows_every_host_with_its_gpus(fleet: tuple[PrometheusServer, list[Exporter]]) -> None:
     prom, _ = fleet
     reader = FleetReader(Prometheus(prom.url), window=300)
     app = FleetApp(reader, interval=1.0, sort="name")
     async with app.run_test(size=(140, 30)) as pilot:
-        await _until(pilot, lambda: len(app.view.hosts) == len(HOSTS))
+        await until(pilot, lambda: len(app.view.hosts) == len(HOSTS), 20.0)
         await pilot.pause()
         rows = lines(app.table)[1:]
         assert [r.split()[0] for r in rows[:2]] == ["node-a", "node-b"]
@@ -116,7 +113,7 @@ async def test_fleet_shows_every_host_with_its_gpus(fleet: tuple[PrometheusServe
         assert "2 hosts · 5 GPUs" in lines(app.header)[0]
         await pilot.press("down", "enter")  # open node-b
         assert isinstance(app.screen, HostScreen)
-        await _until(pilot, lambda: app.view.detail is not None and app.view.detail.host == "node-b")
+        await until(pilot, lambda: app.view.detail is not None and app.view.detail.host == "node-b", 20.0)
         await pilot.pause()
         drawn = lines(app.screen.host_view)
         assert drawn[0].split()[0] == "node-b"
@@ -137,11 +134,11 @@ async def test_a_stopped_exporter_is_a_stale_host(tmp_path: Path) -> None:
         reader = FleetReader(Prometheus(prom.url), window=300)
         app = FleetApp(reader, interval=1.0, sort="name")
         async with app.run_test(size=(140, 30)) as pilot:
-            await _until(pilot, lambda: len(app.view.hosts) == 2)
+            await until(pilot, lambda: len(app.view.hosts) == 2, 20.0)
             before = next(h for h in app.view.hosts if h.name == "node-gone")
             assert not before.stale
             assert stopping.stop() == 0  # SIGTERM: a clean exit
-            await _until(pilot, lambda: any(h.name == "node-gone" and h.down for h in app.view.hosts))
+            await until(pilot, lambda: any(h.name == "node-gone" and h.down for h in app.view.hosts), 20.0)
             await pilot.pause()
             gone = next(h for h in app.view.hosts if h.name == "node-gone")
             assert gone.stale and len(gone.gpus) == 2
@@ -165,16 +162,16 @@ async def test_prometheus_down_keeps_the_last_data_and_retries(tmp_path: Path) -
         reader = FleetReader(Prometheus(prom.url, timeout=2.0), window=300)
         app = FleetApp(reader, interval=1.0)
         async with app.run_test(size=(140, 30)) as pilot:
-            await _until(pilot, lambda: len(app.view.hosts) == 1)
+            await until(pilot, lambda: len(app.view.hosts) == 1, 20.0)
             prom.stop()
-            await _until(pilot, lambda: app.view.failures >= 2)  # it keeps trying
+            await until(pilot, lambda: app.view.failures >= 2, 20.0)  # it keeps trying
             await pilot.pause()
             banner = lines(app.banner)[0]
             assert "cannot reach Prometheus" in banner and "showing data from" in banner
             assert any(r.startswith("node-x") for r in lines(app.table))  # the last data stays
             prom.start()
             app.action_refresh()
-            await _until(pilot, lambda: app.view.error is None, timeout=30)
+            await until(pilot, lambda: app.view.error is None, timeout=30)
             await pilot.pause()
             assert app.view.failures == 0 and "cannot reach" not in lines(app.banner)[0]
             assert any(r.startswith("node-x") for r in lines(app.table))

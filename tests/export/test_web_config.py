@@ -59,7 +59,8 @@ CERTS = "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n"
 
 
 def bcrypt_hash(password: str, rounds: int = 4) -> str:
-    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds)).decode()
+    hashed: bytes = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds))  # importorskip: Any
+    return hashed.decode()
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,15 @@ def _openssl(*args: str | Path) -> None:
 def _client(directory: Path, name: str, san: str, ca: Path | None) -> tuple[Path, Path]:
     key, cert, ext = directory / f"{name}.key", directory / f"{name}.pem", directory / f"{name}.ext"
     ext.write_text(f"basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\nsubjectAltName={san}\n")
-    new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key]
+    new_key: list[str | Path] = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        key,
+    ]
     if ca is None:
         _openssl(
             "req",
@@ -734,6 +743,8 @@ class _SecuredPrometheus(PrometheusServer):
         self.start()
 
 
+@pytest.mark.slow
+@pytest.mark.prometheus
 @pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS)
 def test_a_real_prometheus_scrapes_through_tls_client_certificates_and_basic_auth(
     pki: Pki, tmp_path: Path

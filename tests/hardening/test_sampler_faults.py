@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import json
 import os
 import pwd
@@ -31,6 +32,7 @@ import psutil
 import pynvml
 import pytest
 from jsonschema import Draft202012Validator
+from psutil import _pslinux  # psutil._psplatform on Linux: the per-platform Process the tests deny
 
 import gputui.collect.procs.join as procs_module
 from gputui.analyze.classify import NO_PERMISSION, NVML_ONLY, OK, UNSEEN, WORKER
@@ -46,7 +48,7 @@ from gputui.output.jsonout import dumps, schema, snapshot_from_dict
 from gputui.output.oneshot import render
 from gputui.units import printable
 from tests.collect.fake_nvml import FakeGpu, FakeNvml, FakeProcess
-from tests.processes import wait_until
+from tests.helpers import known, wait_until
 
 GiB = 2**30
 N_GPUS = 8
@@ -416,17 +418,17 @@ def test_a_transient_process_list_error_on_one_gpu_then_the_list_returns(world: 
     for g in fake.gpus:
         g.processes["C"].append(FakeProcess(pid=me, memory=GiB))
     snap = world.ticks(2)
-    assert sorted(p.gpu for p in rows(snap, me)) == list(range(N_GPUS))
+    assert sorted(known(p.gpu) for p in rows(snap, me)) == list(range(N_GPUS))
 
     fake.fail(5, "nvmlDeviceGetComputeRunningProcesses", error)
     snap = world.ticks(3)
     assert_intact(snap, fake)  # the GPU's own fields are not affected
-    assert sorted(p.gpu for p in rows(snap, me)) == [0, 1, 2, 3, 4, 6, 7]
+    assert sorted(known(p.gpu) for p in rows(snap, me)) == [0, 1, 2, 3, 4, 6, 7]
     assert all(p.visible and p.category == OK and p.used_memory == GiB for p in rows(snap, me))
 
     fake.clear_failures()
     snap = world.tick()
-    assert sorted(p.gpu for p in rows(snap, me)) == list(range(N_GPUS))
+    assert sorted(known(p.gpu) for p in rows(snap, me)) == list(range(N_GPUS))
     assert row(snap, me, 5).used_memory == GiB
     assert snap.unaccounted_memory[5] == fake.gpus[5].mem_used - GiB
 
@@ -530,7 +532,7 @@ def test_gpu_3_of_8_lost_mid_run(world: World, children: Children, how: str) -> 
     assert {k: getattr(three, k) for k in MEASURED} == dict.fromkeys(MEASURED)
     assert fake.total_calls(3) == calls_when_lost  # a lost GPU is not asked again
     assert_intact(snap, fake, skip={3})  # the seven others keep every value
-    assert sorted(p.gpu for p in rows(snap, me)) == [0, 1, 2, 4, 5, 6, 7]
+    assert sorted(known(p.gpu) for p in rows(snap, me)) == [0, 1, 2, 4, 5, 6, 7]
     assert row(snap, holder.pid).gpu == 3  # its device file's holder is still shown on it
     assert snap.unaccounted_memory[3] is None
     assert "LOST" in gpu_text(render(snap), 3)
@@ -565,11 +567,11 @@ def test_every_call_uninitialized_for_a_few_ticks_gives_na_then_values_return(wo
     for _ in range(int(SLOW_INTERVAL) + 1):
         snap = world.tick()
         assert [g.lost for g in snap.gpus] == [False] * N_GPUS
-    for g in snap.gpus:
-        assert {k: getattr(g, k) for k in MEASURED if k != "power_limit"} == dict.fromkeys(
+    for sample in snap.gpus:
+        assert {k: getattr(sample, k) for k in MEASURED if k != "power_limit"} == dict.fromkeys(
             k for k in MEASURED if k != "power_limit"
-        ), f"GPU {g.index}"
-        assert g.name == fake.gpus[g.index].name  # static identity stays
+        ), f"GPU {sample.index}"
+        assert sample.name == fake.gpus[sample.index].name  # static identity stays
     assert rows(snap, os.getpid()) == []
     fake.clear_failures()
     snap = world.ticks(int(SLOW_INTERVAL) + 1)
@@ -774,7 +776,7 @@ def _deny_psutil_and_fds(m: pytest.MonkeyPatch) -> None:
         raise psutil.AccessDenied(self.pid)
 
     for name in PSUTIL_READS:
-        m.setattr(psutil._psplatform.Process, name, denied)
+        m.setattr(_pslinux.Process, name, denied)
     listdir, readlink = os.listdir, os.readlink
 
     def no_listdir(path: Any = ".") -> list[str]:
@@ -836,14 +838,14 @@ def test_a_visible_parent_whose_name_is_unreadable_is_not_gone(
 ) -> None:
     me = os.getpid()
     holder = children.start(holds=(world.device(2),))
-    name = psutil._psplatform.Process.name
+    name = _pslinux.Process.name
 
     def name_denied_for_me(self: Any) -> Any:
         if self.pid == me:
             raise psutil.AccessDenied(self.pid)
         return name(self)
 
-    monkeypatch.setattr(psutil._psplatform.Process, "name", name_denied_for_me)
+    monkeypatch.setattr(_pslinux.Process, "name", name_denied_for_me)
     snap = world.tick()
     r = row(snap, holder.pid)
     assert r.ppid == me and r.devices == (str(world.device(2)),)
@@ -980,6 +982,7 @@ def _room_for(n: int) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_5000_processes_with_50_holders(world: World) -> None:
     why = _room_for(MANY)
     if why is not None:
@@ -1128,7 +1131,7 @@ def test_a_uid_without_a_passwd_entry(world: World, children: Children) -> None:
         [sh, "-c", script, "sh", str(world.device(6))], user=uid, group=uid, extra_groups=[]
     )
     for p in (listed, holder):
-        assert wait_until(lambda p=p: _is_sleep(p.pid), timeout=5.0)
+        assert wait_until(functools.partial(_is_sleep, p.pid), timeout=5.0)
     world.fake.gpus[5].processes["C"].append(FakeProcess(pid=listed.pid, memory=GiB))
     snap = world.ticks(2)
     for p, gpu, category in ((listed, 5, OK), (holder, 6, UNSEEN)):
@@ -1168,7 +1171,7 @@ def test_the_wall_clock_jumping_back_an_hour(world: World) -> None:
     )  # a 4 s dip after the jump
     times: list[float] = []
     for step in plan:
-        if step == "jump":
+        if isinstance(step, str):  # "jump"
             world.wall.t -= 3600.0
             continue
         fake.gpus[0].util_gpu = step

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from gputui.ui.app import GpuTuiApp
+from gputui.model import Snapshot
+from gputui.ui.app import GpuTuiApp, SnapshotReady
+from tests.helpers import until
 from tests.ui import world
 from tests.ui.terminal import tmux  # noqa: F401 - the fixture of the real-terminal tests
 
@@ -42,12 +43,12 @@ async def first_frame(pilot, app: GpuTuiApp, frames: int = 1, timeout: float = 2
     await pilot.pause()
 
 
-async def until(pilot, cond: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
-    """Until `cond()` is true; fails after `timeout` seconds, never hangs."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what or cond}"
-        await pilot.pause(0.02)
+async def post(pilot, app: GpuTuiApp, snap: Snapshot) -> None:  # type: ignore[no-untyped-def]
+    """Show `snap` as if the sampler had sent it, and wait until it is drawn."""
+    frames = app.frames
+    app.post_message(SnapshotReady(snap))
+    await until(pilot, lambda: app.frames > frames, 3.0, "the posted snapshot's frame")
+    await pilot.pause()
 
 
 async def move_to(pilot, app: GpuTuiApp, key: str) -> None:  # type: ignore[no-untyped-def]

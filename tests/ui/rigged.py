@@ -14,14 +14,15 @@ the real program: `gputui.cli.main`, the real demo with its child processes, the
 
 from __future__ import annotations
 
+import argparse
 import sys
 import threading
 from pathlib import Path
 
 from gputui import cli, commands
-from gputui.collect import sampler
+from gputui.collect.agents.client import AgentPoller
 from gputui.collect.sources.demo import DemoSource
-from gputui.model import Snapshot
+from gputui.model import AgentReport, Snapshot
 from gputui.ui.widgets.gpu_panes import GpuPanes
 
 GOOD_CALLS = 2
@@ -50,19 +51,19 @@ def rig_stuck_source(marker: Path, close_hangs: bool = False) -> None:
     StuckDemo.marker, StuckDemo.close_hangs = marker, close_hangs
     original = commands.make_source
 
-    def make_source(args, start_at: float = 0.0, watch: bool = False):  # type: ignore[no-untyped-def]
+    def make_source(args: argparse.Namespace, start_at: float = 0.0, watch: bool = False) -> DemoSource:
         source = original(args, start_at, watch)
         assert isinstance(source, DemoSource)
         return StuckDemo(gpus=source.gpu_count, seed=source.seed, start_at=source.start_at)
 
-    commands.make_source = make_source  # type: ignore[assignment]
+    commands.make_source = make_source
 
 
 def rig_stuck_agent(marker: Path) -> None:
-    poll = sampler.AgentPoller.poll
+    poll = AgentPoller.poll
     calls = 0
 
-    def stuck_poll(self: sampler.AgentPoller):  # type: ignore[no-untyped-def]
+    def stuck_poll(self: AgentPoller) -> dict[int, AgentReport]:
         nonlocal calls
         calls += 1
         if calls > GOOD_CALLS:
@@ -70,7 +71,7 @@ def rig_stuck_agent(marker: Path) -> None:
             threading.Event().wait()
         return poll(self)
 
-    sampler.AgentPoller.poll = stuck_poll  # type: ignore[method-assign]
+    AgentPoller.poll = stuck_poll  # type: ignore[method-assign]  # the rig, on purpose
 
 
 def rig_crash(marker: Path) -> None:

@@ -15,11 +15,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers import wait_until as _wait_until
 from tests.processes import cmdline as _cmdline
 from tests.processes import describe as _describe
 from tests.processes import gone as _gone
 from tests.processes import not_running as _not_running
-from tests.processes import wait_until as _wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TMUX = shutil.which("tmux")
@@ -109,8 +109,9 @@ class DemoProcs:
         if not _wait_until(lambda: all(_not_running(p) for p in procs), timeout):
             left = [p for p in procs if not _gone(p)]
             assert not left, f"demo processes still alive: {_describe(left)}"
-        assert self.devices_dir is not None
-        assert _wait_until(lambda: not self.devices_dir.exists(), timeout), self.devices_dir
+        devices_dir = self.devices_dir
+        assert devices_dir is not None
+        assert _wait_until(lambda: not devices_dir.exists(), timeout), devices_dir
 
     def cleanup(self) -> None:
         """Kill whatever is left (gputui itself is ended by its owner first), remove the directory."""

@@ -45,7 +45,7 @@ def _app() -> tuple[GpuTuiApp, FakePoller]:
     assert isinstance(replay, ReplaySampler)
     replay.snapshots = [dataclasses.replace(s, agents={PID: REPLY}) for s in replay.snapshots]
     poller = FakePoller()
-    replay.agents = poller  # type: ignore[attr-defined]
+    replay.agents = poller  # type: ignore[assignment]
     return app, poller
 
 

@@ -17,9 +17,10 @@ from gputui.collect.agents.profile_reply import ProfileStatus, parse_status
 from gputui.model import GpmMetrics, GpuSample, MigInstance, ProcessRow, Snapshot
 from gputui.ui.app import SnapshotReady
 from gputui.ui.screens.allocator import AllocatorScreen
+from tests.helpers import until
 from tests.ui.conftest import first_frame
 from tests.ui.test_allocator import PID, REPLY
-from tests.ui.test_allocator_profile import DONE, ProfilingPoller, _app, _until, fast_polls  # noqa: F401
+from tests.ui.test_allocator_profile import DONE, ProfilingPoller, _app, fast_polls  # noqa: F401
 
 GPU_BOUND = {**DONE, "summary": {**DONE["summary"], "verdict": "gpu-bound", "explanation": "kernels fill it"}}  # type: ignore[dict-item]
 RECORDING = {"state": "recording", "steps": 20, "steps_done": 7, "elapsed_s": 0.7}
@@ -196,16 +197,16 @@ async def test_p_profiles_with_the_readings_of_its_recording() -> None:
         app.post_message(SnapshotReady(with_gpm(1, gpm(92.0, tensor=65.0))))  # healthy, before the profile
         await pilot.pause()
         await pilot.press("a")
-        await _until(pilot, lambda: isinstance(app.screen, AllocatorScreen))
+        await until(pilot, lambda: isinstance(app.screen, AllocatorScreen))
         screen = app.screen
         assert isinstance(screen, AllocatorScreen)
         await pilot.press("P", "P")
-        await _until(pilot, lambda: screen.profile is not None and screen.profile.state == "recording")
+        await until(pilot, lambda: screen.profile is not None and screen.profile.state == "recording")
         for k, sm in enumerate((75.0, 85.0)):
             app.post_message(SnapshotReady(with_gpm(2 + k, gpm(sm, tensor=0.0))))
-            await _until(pilot, functools.partial(kept, screen, k + 1))
+            await until(pilot, functools.partial(kept, screen, k + 1))
         sent.set()
-        await _until(
+        await until(
             pilot, lambda: isinstance(screen.profile, ProfileStatus) and screen.profile.state == "done"
         )
         assert gpm_rows(screen).startswith(

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from textual.pilot import Pilot
 
 from gputui.collect.agents.profile_reply import ProfileStatus, parse_status
 from gputui.collect.sources.replay import ReplaySampler
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens import allocator
 from gputui.ui.screens.allocator import AllocatorScreen, fmt_us
+from tests.helpers import until
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.test_allocator import PID, REPLY, _text
 
@@ -74,15 +74,8 @@ def _app(poller: ProfilingPoller) -> GpuTuiApp:
     replay = app.sampler
     assert isinstance(replay, ReplaySampler)
     replay.snapshots = [dataclasses.replace(s, agents={PID: REPLY}) for s in replay.snapshots]
-    replay.agents = poller  # type: ignore[attr-defined]
+    replay.agents = poller  # type: ignore[assignment]
     return app
-
-
-async def _until(pilot: Pilot, cond: Callable[[], bool], timeout: float = 5.0) -> None:  # type: ignore[type-arg]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        await pilot.pause(0.02)
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +95,7 @@ async def test_p_twice_profiles_and_shows_progress_then_the_verdict() -> None:
     async with app.run_test(size=(120, 50)) as pilot:
         await first_frame(pilot, app)
         await pilot.press("a")
-        await _until(pilot, lambda: isinstance(app.screen, AllocatorScreen))
+        await until(pilot, lambda: isinstance(app.screen, AllocatorScreen))
         screen = app.screen
         assert isinstance(screen, AllocatorScreen)
         await pilot.press("P")
@@ -116,7 +109,7 @@ async def test_p_twice_profiles_and_shows_progress_then_the_verdict() -> None:
                 shown.set()
             return screen.profile is not None and screen.profile.state == "done"
 
-        await _until(pilot, progressed)
+        await until(pilot, progressed)
         assert poller.calls[0] == (PID, "profile", {"steps": 20, "max_seconds": 60.0})
         assert {op for _, op, _ in poller.calls[1:]} == {"profile_status"}
         assert any("profiling: 7/20 steps …" in text for text in seen), seen
@@ -149,11 +142,11 @@ async def test_a_failed_profile_says_why() -> None:
     async with app.run_test(size=(120, 50)) as pilot:
         await first_frame(pilot, app)
         await pilot.press("a")
-        await _until(pilot, lambda: isinstance(app.screen, AllocatorScreen))
+        await until(pilot, lambda: isinstance(app.screen, AllocatorScreen))
         screen = app.screen
         assert isinstance(screen, AllocatorScreen)
         await pilot.press("P", "P")
-        await _until(pilot, lambda: screen.profile is not None)
+        await until(pilot, lambda: screen.profile is not None)
         assert isinstance(screen.profile, ProfileStatus)
         assert "failed: RuntimeError: boom" in _text(screen)
 
@@ -163,6 +156,7 @@ async def test_p_in_read_only_sends_nothing() -> None:
     app = _app(poller)
     async with app.run_test(size=(120, 50)) as pilot:
         await first_frame(pilot, app)
+        assert app.snapshot is not None
         screen = AllocatorScreen(PID, None, app.snapshot, app.agent_history)  # what --readonly opens
         await app.push_screen(screen)
         await pilot.press("P", "P")

@@ -5,11 +5,9 @@ row. Each test asserts what is drawn or the state the drawing comes from."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import pytest
 from textual.geometry import Region
-from textual.pilot import Pilot
 from textual.widget import Widget
 
 from gputui.collect.sources.replay import ReplaySampler
@@ -17,19 +15,12 @@ from gputui.ui.app import INTERVALS, GpuTuiApp, SnapshotReady, next_interval
 from gputui.ui.screens.allocator import AllocatorScreen
 from gputui.ui.screens.detail import DetailScreen, HelpScreen
 from gputui.ui.widgets import status as status_module
+from tests.helpers import until
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.drawn import lines, shown_pids
 
 SIZE = (120, 40)
-
-
-async def until(pilot: Pilot, cond: Callable[[], object], timeout: float = 3.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if cond():
-            return
-        await pilot.pause(0.02)
-    assert cond()
 
 
 def drawn(widget: Widget) -> str:
@@ -262,7 +253,7 @@ def _agent_app() -> GpuTuiApp:
     replay = app.sampler
     assert isinstance(replay, ReplaySampler)
     replay.snapshots = [dataclasses.replace(s, agents={PID: REPLY}) for s in replay.snapshots]
-    replay.agents = FakePoller()  # type: ignore[attr-defined]
+    replay.agents = FakePoller()  # type: ignore[assignment]
     return app
 
 

@@ -15,14 +15,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from textual.geometry import Region
 from textual.pilot import Pilot
-from textual.widget import Widget
-from textual.widgets import Static
 
 import gputui.actions.attach
 from gputui.actions.attach import Outcome, Plan, Refusal
@@ -32,11 +29,12 @@ from gputui.collect.agents.client import AgentPoller
 from gputui.collect.agents.reply import parse
 from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import Snapshot
-from gputui.ui import app as app_module
+from gputui.ui import attach_flow
 from gputui.ui.app import GpuTuiApp, SnapshotReady
 from gputui.ui.screens import attach as attach_dialog
 from gputui.ui.screens.allocator import AllocatorScreen
 from gputui.ui.screens.attach import AttachScreen, CommandLine
+from tests.helpers import screen_text, static_text, until
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.drawn import lines
@@ -83,7 +81,8 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
 
 def _app(fakes: Fakes, readonly: bool = False) -> GpuTuiApp:
     app = make_app(gpus=4, interval=30.0, readonly=readonly)
-    app.sampler.agents = fakes  # type: ignore[union-attr]
+    assert isinstance(app.sampler, ReplaySampler)
+    app.sampler.agents = fakes  # type: ignore[assignment]  # the poller's expect() only
     return app
 
 
@@ -91,23 +90,7 @@ def status(app: GpuTuiApp) -> str:
     return "\n".join(lines(app.status))
 
 
-def static_text(widget: Widget) -> str:
-    strips = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
-    return "\n".join(strip.text.rstrip() for strip in strips)
-
-
-def dialog_text(app: GpuTuiApp) -> str:
-    return "\n".join(static_text(s) for s in app.screen.query(Static))
-
-
-async def until(pilot: Pilot, cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {cond}"
-        await pilot.pause(0.02)
-
-
-async def _open_dialog(pilot: Pilot, app: GpuTuiApp) -> AttachScreen:
+async def _open_dialog(pilot: Pilot[int], app: GpuTuiApp) -> AttachScreen:
     await first_frame(pilot, app)
     assert app.table.current is not None and app.table.current.pid == PID
     assert app.snapshot is not None and PID not in app.snapshot.agents
@@ -162,7 +145,7 @@ async def test_the_dialog_says_what_will_happen_and_which_process(fakes: Fakes) 
     app = _app(fakes)
     async with app.run_test(size=(120, 40)) as pilot:
         await _open_dialog(pilot, app)
-        text = dialog_text(app)
+        text = screen_text(app)
         assert f"Attach gputui's agent to pid {PID}?" in text
         flat = " ".join(text.split())  # the plan's line wraps in the dialog
         assert " ".join(PLAN.describe().split()) in flat
@@ -214,9 +197,8 @@ async def test_a_or_enter_attaches_once_and_the_panel_opens_with_the_badge(
         assert fakes.attached == [PID]
         # the chosen row's start time travels to the debugger (a pid reused meanwhile is refused there)
         (started,) = fakes.create_times
-        assert started is not None and started == next(
-            p.create_time for p in app.snapshot.processes if p.pid == PID
-        )
+        assert app.snapshot is not None and started is not None
+        assert started == next(p.create_time for p in app.snapshot.processes if p.pid == PID)
         if len(keys) == 1:  # (the third `a` says it is attached already, without the time)
             assert f"attached to pid {PID} in 1.23 s" in status(app)
         assert fakes.expected == [UID]  # root looks at that user's directories at the next poll
@@ -270,7 +252,7 @@ async def test_no_panel_over_another_screen_and_none_after_the_wait(
         await until(pilot, lambda: "`a` on its row opens" in status(app))
         assert not isinstance(app.screen, AllocatorScreen)
 
-    monkeypatch.setattr(app_module, "AWAIT_AGENT_S", 0.2)
+    monkeypatch.setattr(attach_flow, "AWAIT_AGENT_S", 0.2)
     app = _app(fakes)
     async with app.run_test(size=(160, 40)) as pilot:
         await _open_dialog(pilot, app)
@@ -325,7 +307,7 @@ async def test_a_socket_that_does_not_answer_is_as_if_there_were_none(
         await pilot.press("a")
         await until(pilot, lambda: isinstance(app.screen, AttachScreen))
         assert asked == [PID] and "listening" not in status(app) and fakes.expected == []
-        flat = " ".join(dialog_text(app).split())
+        flat = " ".join(screen_text(app).split())
         assert " ".join(PLAN.describe().split()) in flat  # what will happen: an attach, not "nothing to do"
         await pilot.press("a")
         await until(pilot, lambda: "opens when its agent answers" in status(app))
@@ -377,7 +359,7 @@ async def test_quitting_during_an_attach_abandons_it_at_once(
         await pilot.press(key)
         await until(pilot, lambda: len(abandoned) == 1)  # at once, and once
     release.set()
-    assert app._abandoned == ["what became of it"]  # said once the terminal is back (run_async)
+    assert app.attach_flow.abandoned == ["what became of it"]  # said once the terminal is back (run_async)
 
 
 async def test_quitting_without_an_attach_abandons_nothing(

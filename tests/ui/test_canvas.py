@@ -7,9 +7,18 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.app import App, ComposeResult
 from textual.color import Color
+from textual.geometry import Region
 
 from gputui.cells import width
-from gputui.ui.widgets.canvas import PLAIN, WIDE_TAIL, CellCanvas, Line, _segments, changed_spans
+from gputui.ui.widgets.canvas import (
+    _NOT_ONE_CELL,
+    PLAIN,
+    WIDE_TAIL,
+    CellCanvas,
+    Line,
+    _segments,
+    changed_spans,
+)
 
 
 class Board(CellCanvas):
@@ -64,10 +73,19 @@ async def test_the_base_style_follows_a_change_of_the_widgets_css() -> None:
         again = board.render_line(0)
         assert first != again
         assert all(
-            s.style.bgcolor is not None and s.style.bgcolor.triplet == (200, 0, 0)
+            s.style is not None and s.style.bgcolor is not None and s.style.bgcolor.triplet == (200, 0, 0)
             for s in again
             if s.text.strip()
         )
+
+
+def test_the_fast_path_takes_only_characters_of_one_cell() -> None:
+    """Line.add gives each character of a text without _NOT_ONE_CELL one cell, unmeasured."""
+    taken = [chr(c) for c in range(0x20, 0x3000) if not _NOT_ONE_CELL.search(chr(c))]
+    assert "…" in taken and "⚠" in taken and "▅" in taken and "訓" not in taken
+    assert all(width(ch) == 1 for ch in taken)
+    line = Line().add("util 42% ▼ … ⚠")
+    assert len(line) == width("util 42% ▼ … ⚠")
 
 
 def test_padding_uses_the_one_plain_style() -> None:
@@ -97,6 +115,21 @@ def test_fit_never_draws_half_a_wide_character_or_past_the_width(cut: int) -> No
     assert len(cells) == cut
     assert width(text) == cut
     assert cells[0][0] != WIDE_TAIL if cells else True
+
+
+def test_two_changes_are_one_span_only_where_the_cells_between_cost_less_than_a_move() -> None:
+    value, label = Style(color="green"), Style(color="grey50")
+
+    def gpu(sm: int, tc: int) -> list[tuple[str, Style]]:
+        return Line().add(f"SM {sm:2d}%", value).add(" TC ", label).add(f"{tc:2d}%", value).fit(20)
+
+    # Between 93 and 59: `%`, ` TC ` in another colour, and back: two colour codes, more than a move.
+    assert changed_spans(gpu(93, 59), gpu(94, 58)) == [(4, 5), (11, 12)]
+    same = [(ch, value) for ch in "93 of 59            "]
+    other = [(ch, value) for ch in "94 of 58            "]
+    assert changed_spans(same, other) == [(1, 8)]  # four cells of one style: cheaper than a move
+    far = [(ch, value) for ch in "9 ........ 5        "]
+    assert changed_spans(far, [(ch, value) for ch in "8 ........ 4        "]) == [(0, 1), (11, 12)]
 
 
 def test_a_changed_span_covers_whole_wide_characters() -> None:
@@ -154,3 +187,40 @@ def test_spaces_keep_a_style_that_shows_on_a_blank(visible: Style) -> None:
     assert [s for _, s in after_visible.cells] == [visible, PLAIN, PLAIN]
     visible_spaces = Line().add("x", PLAIN).add("  ", visible)
     assert [s for _, s in visible_spaces.cells] == [PLAIN, visible, visible]
+
+
+class Counted(Board):
+    """Records what each refresh() asked to repaint: () is the whole widget."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text = ["gpu 0", "gpu 1"]
+        self.asked: list[tuple[Region, ...]] = []
+
+    def refresh(
+        self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
+    ) -> Counted:
+        self.asked.append(regions)
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+
+class CountedApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Counted()
+
+
+async def test_a_line_more_or_less_repaints_that_line_not_the_widget() -> None:
+    """A row coming or going in a table (a process started) sends that row, not every row again."""
+    app = CountedApp()
+    async with app.run_test(size=(40, 5)) as pilot:
+        board = app.query_one(Counted)
+        board.redraw()
+        await pilot.pause()
+        board.asked.clear()
+        board.text = ["gpu 0", "gpu 1", "gpu 2"]
+        board.redraw()
+        board.text = ["gpu 0", "gpu 9"]
+        board.redraw()
+        assert board.asked == [(Region(0, 2, 5, 1),), (Region(4, 1, 1, 1), Region(0, 2, 5, 1))]
+        await pilot.pause()
+        assert "".join(s.text for s in board.render_line(2)).strip() == ""

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from gputui.analyze.forecast import MemorySeries, Split, forecast
 from gputui.model import ProcessDetail, ProcessRow
 from gputui.ui.screens.detail import SPARK_CELLS, DetailScreen, render_detail
 from gputui.ui.widgets import spark
 from gputui.units import fmt_bytes
+from tests.helpers import screen_text
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.test_detail_fields import line, text_of
-from tests.ui.test_keys import SIZE, _open_detail_with_enter, press, screen_text
+from tests.ui.test_keys import SIZE, _open_detail_with_enter, press
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -129,7 +132,7 @@ def test_an_agent_whose_numbers_hold_still_says_so_and_one_just_started_is_colle
     assert "allocated vs reserved" not in text_of(render_detail(row_of_fixture(), blank(), split=None))
 
 
-async def test_enter_shows_the_memory_history_of_that_row_only() -> None:
+async def test_enter_shows_the_memory_history_of_that_row_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The detail's memory is the app's history of that very (pid, start, GPU): each 5 s stretch's low and
     high, so its min and max are the true ones; the agent's split is asked for that row only."""
     app = make_app()
@@ -145,7 +148,7 @@ async def test_enter_shows_the_memory_history_of_that_row_only() -> None:
             asked.append((pid, born))
             return leak if (pid, born) == key else None  # only that one runs an agent
 
-        app.sampler.memory_split = memory_split  # type: ignore[attr-defined]
+        monkeypatch.setattr(app.sampler, "memory_split", memory_split)
         screen = await _open_detail_with_enter(pilot, app, trainer.pid)
         mine = app.history.memory_points(trainer.pid, trainer.create_time, trainer.gpu)
         assert screen.memory == mine and len(mine) > 10 and asked == [key]

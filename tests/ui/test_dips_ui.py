@@ -12,7 +12,6 @@ from collections.abc import Iterator
 
 import pytest
 from rich.style import Style
-from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Static
@@ -27,6 +26,7 @@ from gputui.ui.widgets.dip_groups import DipGroup, compact_gpus
 from gputui.ui.widgets.layout import LINE_SCALE, LINE_TITLE
 from gputui.ui.widgets.spark import DIP_GLYPH, BucketSeries, glyph, view_start
 from gputui.units import NA
+from tests.helpers import static_text
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 
@@ -119,17 +119,12 @@ def bucket_means(app: GpuTuiApp, gpu: int) -> dict[int, float]:
     return {n: sum(v) / len(v) for n, v in sums.items()}
 
 
-def static_text(widget: Widget) -> str:
-    strips = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
-    return "\n".join(strip.text.rstrip() for strip in strips)
-
-
 def events_text(app: GpuTuiApp) -> str:
     assert isinstance(app.screen, EventsScreen)
     return static_text(app.screen.query_one("#events", Static))
 
 
-async def press(pilot: Pilot, *keys: str) -> None:
+async def press(pilot: Pilot[int], *keys: str) -> None:
     for key in keys:
         await pilot.press(key)
         await pilot.pause()
@@ -404,7 +399,7 @@ def replay_app(snaps: list[Snapshot] | None = None) -> tuple[GpuTuiApp, list[Sna
     return GpuTuiApp(ReplaySampler(snaps), replay=True, readonly=True, interval=3600), snaps
 
 
-async def start_replay(pilot: Pilot, app: GpuTuiApp) -> None:
+async def start_replay(pilot: Pilot[int], app: GpuTuiApp) -> None:
     """The first frame; then sparklines and header as for a recording made every second (what `gputui
     replay` gives the app: the recording's spacing), while the sampler thread sleeps its hour."""
     await first_frame(pilot, app)
@@ -511,16 +506,18 @@ async def test_seek_keys_do_nothing_outside_replay() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
-        before = (header(app), app.snapshot, len(app.history.gpus[0]), app.sampler.position)
+        replay = app.sampler
+        assert isinstance(replay, ReplaySampler)  # the world's, read without --replay
+        before = (header(app), app.snapshot, len(app.history.gpus[0]), replay.position)
         await press(pilot, "full_stop", "greater_than_sign", "comma", "less_than_sign")
-        assert (header(app), app.snapshot, len(app.history.gpus[0]), app.sampler.position) == before
+        assert (header(app), app.snapshot, len(app.history.gpus[0]), replay.position) == before
         assert "REPLAY" not in header(app)
 
 
 def test_replay_in_the_middle(snap_compare) -> None:  # type: ignore[no-untyped-def]
     app, snaps = replay_app()
 
-    async def run_before(pilot: Pilot) -> None:
+    async def run_before(pilot: Pilot[int]) -> None:
         await start_replay(pilot, app)
         await press(pilot, "greater_than_sign", "greater_than_sign", "greater_than_sign")
         assert f"REPLAY 181/{len(snaps)}" in header(app)

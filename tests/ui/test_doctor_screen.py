@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,10 @@ from textual.widgets import Static
 
 from gputui.doctor import report
 from gputui.doctor.facts import SystemFacts
+from gputui.model import ProcessRow
 from gputui.ui.screens import doctor as doctor_screen
 from gputui.ui.screens.doctor import DoctorScreen, view_of
+from tests.helpers import until
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.world import snapshots
 
@@ -24,13 +25,6 @@ def _text(screen: DoctorScreen) -> str:
     console = Console(width=110, record=True, file=io.StringIO())
     console.print(screen.query_one("#doctor-body", Static).content)
     return console.export_text()
-
-
-async def _until(pilot, check, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < end, "timed out"
-        await pilot.pause(0.05)
 
 
 async def test_d_examines_the_machine_and_the_highlighted_process(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,13 +47,16 @@ async def test_d_examines_the_machine_and_the_highlighted_process(monkeypatch: p
         await pilot.press("D")
         screen = app.screen
         assert isinstance(screen, DoctorScreen)
-        await _until(pilot, lambda: screen.checks is not None)
+        await until(pilot, lambda: screen.checks is not None, 10.0)
         assert screen.pid == chosen.pid
         (kw,) = calls
         assert kw["pid"] == chosen.pid
         view, devices_dir = kw["seen"]
         assert devices_dir == Path("/tmp/stand-ins")  # the app's devices, not the machine's /dev
-        assert {p.pid for p in view.processes} >= {chosen.pid} or chosen.process.kinds == ""
+        process = chosen.process
+        assert {p.pid for p in view.processes} >= {chosen.pid} or (
+            isinstance(process, ProcessRow) and process.kinds == ""
+        )
         shown = _text(screen)
         assert "PROBLEM" in shown and "CPU-only build" in shown and "fix: pip install torch [cu124]" in shown
         assert "1 problem" in shown
@@ -78,8 +75,8 @@ async def test_a_failing_doctor_is_a_message_not_a_crash(monkeypatch: pytest.Mon
         await pilot.press("D")
         screen = app.screen
         assert isinstance(screen, DoctorScreen)
-        await _until(pilot, lambda: screen.error is not None)
-        assert "could not run: RuntimeError: boom" in screen.error
+        await until(pilot, lambda: screen.error is not None, 10.0)
+        assert screen.error is not None and "could not run: RuntimeError: boom" in screen.error
         await pilot.press("escape")
         assert app.is_running
 

@@ -9,9 +9,9 @@ import time
 from gputui.analyze.xid import describe
 from gputui.model import GpuHealth, XidEvent
 from gputui.ui.app import GpuTuiApp, SnapshotReady
+from tests.helpers import until
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
-from tests.ui.test_app_state import until
 from tests.ui.test_dips_ui import events_text
 
 

@@ -11,8 +11,9 @@ import pytest
 from textual.pilot import Pilot
 
 from gputui.ui.screens.detail import DetailScreen, render_detail
-from tests.ui import everyday
-from tests.ui.conftest import first_frame, move_to, until
+from tests.helpers import until
+from tests.ui import everyday, world
+from tests.ui.conftest import first_frame, move_to
 from tests.ui.test_detail_fields import text_of
 
 
@@ -61,7 +62,7 @@ async def test_the_throttle_reason_is_never_the_part_that_is_cut(size: tuple[int
 async def test_every_rank_is_on_screen_with_its_local_rank(size: tuple[int, int]) -> None:
     screen = await shown(size)
     for gpu in range(everyday.GPUS):
-        pid = str(everyday.world.trainer_pid(gpu))
+        pid = str(world.trainer_pid(gpu))
         rows = [row for row in screen if f" {pid} " in row]
         assert rows, f"rank {gpu} (pid {pid}) is not on screen:\n" + "\n".join(screen)
         if size[0] >= 120:
@@ -70,7 +71,7 @@ async def test_every_rank_is_on_screen_with_its_local_rank(size: tuple[int, int]
 
 async def test_ok_is_not_written_on_every_row() -> None:
     screen = await shown((120, 40))
-    trainers = [row for row in screen if f" {everyday.world.trainer_pid(0)} " in row]
+    trainers = [row for row in screen if f" {world.trainer_pid(0)} " in row]
     assert trainers and " ok " not in trainers[0], trainers
 
 

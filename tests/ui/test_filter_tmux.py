@@ -8,8 +8,11 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.ui.terminal import Tmux, _exited, _wait_until, needs_tmux
+from tests.helpers import wait_until as _wait_until
+from tests.ui.terminal import Tmux, _exited, needs_tmux
 from tests.ui.test_terminal import _demo_in_tmux, _gpu_lines, _header_says_demo
+
+pytestmark = pytest.mark.terminal
 
 
 def _drawn(screen: str) -> bool:

@@ -107,7 +107,6 @@ async def test_cjk_commands_and_users_stay_in_the_host_view(cols: int) -> None:
         view.view = FleetView(
             hosts=(host,), start=0.0, end=900.0, detail=HostDetail("node-a", procs, (), {"0": STEADY_80})
         )
-        view.redraw()
         await pilot.pause()
         lines = [_text(view, y) for y in range(len(view._lines))]
         assert all(width(line) == cols for line in lines)

@@ -125,7 +125,6 @@ async def test_the_host_view_lists_its_jobs_inside_its_width(cols: int) -> None:
     async with app.run_test(size=(cols, 30)) as pilot:
         view = app.query_one(HostView)
         view.view = FleetView(hosts=(host,), end=900.0, detail=HostDetail("node-a", jobs=jobs))
-        view.redraw()
         await pilot.pause()
         lines = [_text(view, y) for y in range(len(view._lines))]
         assert all(width(line) == cols for line in lines)
@@ -143,7 +142,6 @@ async def test_no_jobs_no_jobs_section() -> None:
     async with app.run_test(size=(100, 20)) as pilot:
         view = app.query_one(HostView)
         view.view = FleetView(hosts=(host,), end=900.0, detail=HostDetail("node-a"))
-        view.redraw()
         await pilot.pause()
         lines = [_text(view, y) for y in range(len(view._lines))]
         assert not any(line.startswith(" KIND") for line in lines)

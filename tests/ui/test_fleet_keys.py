@@ -26,7 +26,7 @@ def fake() -> Iterator[FakePrometheus]:
         yield server
 
 
-async def _loaded(pilot: Pilot, app: FleetApp) -> None:
+async def _loaded(pilot: Pilot[int], app: FleetApp) -> None:
     deadline = time.monotonic() + 10
     while len(app.view.hosts) < 2:
         assert time.monotonic() < deadline, "no hosts"

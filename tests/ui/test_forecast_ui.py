@@ -4,6 +4,7 @@ command, the trend in words in the detail; a hung one says so on its row and in 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from gputui.model import ProcessDetail
 from gputui.ui.screens.detail import memory_trend, render_detail
@@ -14,7 +15,7 @@ from tests.ui.test_detail_fields import text_of
 MIB = 1 << 20
 
 
-def snap_with(**changes: object):  # type: ignore[no-untyped-def]
+def snap_with(**changes: Any):  # type: ignore[no-untyped-def]
     snap = world.snapshots(gpus=2, seconds=1)[-1]
     rows = tuple(
         dataclasses.replace(r, **changes) if r.pid == world.trainer_pid(0) else r for r in snap.processes

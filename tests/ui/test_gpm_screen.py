@@ -8,10 +8,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from typing import Any
 
 import pytest
-from textual.pilot import Pilot
 from textual.widgets import OptionList
 
 from gputui import cells
@@ -19,13 +17,14 @@ from gputui.analyze.dips import SIGNAL_GRACE
 from gputui.analyze.history import History
 from gputui.model import GPM_RATES, GPM_RATIOS, GpmMetrics, GpuSample, MigInstance, ProcessDetail, Snapshot
 from gputui.output.oneshot import GPM_LABELS
-from gputui.ui.app import GpuTuiApp, SnapshotReady
+from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.detail import GpuChooser, GpuDetailScreen, render_detail, render_gpu_detail
 from gputui.ui.widgets.gpu_panes import SM_LABEL, GpuPanes
 from gputui.ui.widgets.layout import LABEL, fit_fields
 from gputui.ui.widgets.spark import DIP_GLYPH, GLYPHS
+from tests.helpers import until
 from tests.ui import everyday
-from tests.ui.conftest import first_frame, until
+from tests.ui.conftest import first_frame, post
 from tests.ui.test_detail_fields import text_of
 from tests.ui.test_gpu_line_drop import CASES, gpu_summary
 
@@ -193,16 +192,6 @@ async def test_the_pane_sparkline_is_sm_activity_s_and_says_so() -> None:
         assert all(v is not None and v > 80 for _, v in list(track.util.buckets)[-2:])
         # And earlier stretches of it are dips on the sparkline (a glyph, then low cells).
         assert re.search(f"{DIP_GLYPH}[{GLYPHS[1]}{GLYPHS[2]}]{{3,}}", spark), spark
-
-
-async def post(pilot: Pilot[Any], app: GpuTuiApp, snap: Snapshot) -> None:
-    frames = app.frames
-    app.post_message(SnapshotReady(snap))
-    for _ in range(150):
-        if app.frames > frames:
-            break
-        await pilot.pause(0.02)
-    await pilot.pause()
 
 
 async def test_the_sparkline_goes_back_to_utilization_when_gpm_stays_away() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from rich.color import ColorSystem
+from rich.color import Color, ColorSystem
 from rich.style import Style
 
 from gputui import cells
@@ -177,8 +177,8 @@ async def test_the_throttle_reason_is_kept_before_clocks_pcie_pstate_and_fan(
 # -- a dip's glyph without colour, and on 16 colours ----------------------------------------------
 
 
-def _luma(style_color: object) -> float:
-    r, g, b = style_color.get_truecolor()  # type: ignore[attr-defined]
+def _luma(style_color: Color) -> float:
+    r, g, b = style_color.get_truecolor()
     return (0.299 * r + 0.587 * g + 0.114 * b) / 255
 
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from textual.pilot import Pilot
-
 from gputui import cells
 from gputui.analyze.history import History
 from gputui.model import GpuSample, HostStats, Snapshot
-from gputui.ui.app import GpuTuiApp, SnapshotReady
+from gputui.ui.app import GpuTuiApp
 from gputui.ui.widgets.gpu_panes import GpuPanes, throttled
 from gputui.ui.widgets.header import HeaderBar, uptime
 from gputui.ui.widgets.layout import LABEL, fit_fields
 from gputui.ui.widgets.spark import DIP_GLYPH, GLYPHS, view_start
-from tests.ui.conftest import first_frame, make_app
+from tests.ui.conftest import first_frame, make_app, post
 from tests.ui.drawn import lines
 
 SPARK = set(GLYPHS[1:]) | {DIP_GLYPH}
@@ -24,16 +22,6 @@ GIB = 1 << 30
 
 def spark_cells(row: str) -> int:
     return sum(ch in SPARK for ch in row)
-
-
-async def post(pilot: Pilot, app: GpuTuiApp, snap: Snapshot) -> None:
-    frames = app.frames
-    app.post_message(SnapshotReady(snap))
-    for _ in range(150):
-        if app.frames > frames:
-            break
-        await pilot.pause(0.02)
-    await pilot.pause()
 
 
 # -- layouts in the app ---------------------------------------------------------------------------

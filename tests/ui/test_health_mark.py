@@ -7,8 +7,9 @@ import dataclasses
 
 from gputui.model import GpuHealth, Snapshot, XidEvent
 from gputui.ui.app import GpuTuiApp, SnapshotReady
+from tests.helpers import until
 from tests.ui.conftest import first_frame, make_app
-from tests.ui.test_app_state import drawn, until
+from tests.ui.test_app_state import drawn
 
 
 def sick(snap: Snapshot, xid: bool) -> Snapshot:

@@ -19,8 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers import wait_until as _wait_until
 from tests.ui.pty_run import PtyRun
-from tests.ui.terminal import DemoProcs, _gputui_cmd, _wait_until
+from tests.ui.terminal import DemoProcs, _gputui_cmd
 
 TITLE = b"\x1b]0;pwned\x07"
 CLIPBOARD = b"\x1b]52;c;cHduZWQ=\x07"
@@ -79,6 +80,7 @@ def _hostile_sequences(out: bytes) -> list[bytes]:
     return found
 
 
+@pytest.mark.terminal
 def test_hostile_argv_reaches_the_terminal_only_as_text(
     devices: Path, hostile_holder: subprocess.Popen[bytes]
 ) -> None:

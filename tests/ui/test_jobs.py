@@ -13,8 +13,9 @@ from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.detail import DetailScreen, describe_owner, render_detail
 from gputui.ui.widgets.dip_groups import RANGE, compact_gpus
 from gputui.ui.widgets.process_rows import NO_JOB, View, build_rows, matches
+from tests.helpers import until
 from tests.ui import world
-from tests.ui.conftest import first_frame, make_app, move_to, until
+from tests.ui.conftest import first_frame, make_app, move_to
 from tests.ui.test_detail_fields import text_of
 
 SLURM = Owner("slurm", "81234", name="llama-7b", step="0", user="alice")

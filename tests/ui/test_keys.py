@@ -6,23 +6,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from textual.command import CommandPalette
-from textual.geometry import Region
 from textual.pilot import Pilot
-from textual.widget import Widget
-from textual.widgets import Input, OptionList, Static
+from textual.widgets import Input, OptionList
 
-from gputui.model import GpuSample, ProcessRow, Snapshot
-from gputui.ui.app import INTERVALS, GpuTuiApp, SnapshotReady
+from gputui.model import GpuSample, HostProcess, ProcessRow, Snapshot
+from gputui.ui.app import INTERVALS, GpuTuiApp
 from gputui.ui.screens.detail import DetailScreen, GpuChooser, HelpScreen
 from gputui.ui.widgets.gpu_panes import FULL_LINES, GpuPanes
 from gputui.ui.widgets.header import HeaderBar
 from gputui.ui.widgets.process_table import ProcessTable
 from gputui.units import fmt_bytes
+from tests.helpers import known, screen_text, until
 from tests.ui import world
-from tests.ui.conftest import first_frame, make_app
+from tests.ui.conftest import first_frame, make_app, post
 from tests.ui.drawn import body, header_line, lines, shown_pids, table
 
 SIZE = (120, 40)
@@ -48,10 +48,11 @@ def column_x(app: GpuTuiApp, label: str) -> int:
     return 1 if label == "GPU" else header_line(app).index(label) + 1
 
 
-def by_pid(app: GpuTuiApp, field: str) -> list[object]:
-    """A field of the drawn rows' processes, in the drawn order."""
+def by_pid(app: GpuTuiApp, field: str) -> list[Any]:
+    """A field of the drawn rows' processes, in the drawn order (whatever the field holds)."""
     assert app.snapshot is not None
-    procs = {p.pid: p for p in (*app.snapshot.processes, *app.snapshot.host_processes)}
+    rows: list[ProcessRow | HostProcess] = [*app.snapshot.processes, *app.snapshot.host_processes]
+    procs = {p.pid: p for p in rows}
     return [getattr(procs[pid], field, None) for pid in shown_pids(app)]
 
 
@@ -71,32 +72,8 @@ def cursor_line(app: GpuTuiApp) -> str:
     return hits[0]
 
 
-def static_text(widget: Widget) -> str:
-    strips = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
-    return "\n".join(strip.text.rstrip() for strip in strips)
-
-
-def screen_text(app: GpuTuiApp) -> str:
-    return "\n".join(static_text(s) for s in app.screen.query(Static))
-
-
-async def until(pilot: Pilot, cond: Callable[[], object], timeout: float = 3.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if cond():
-            return
-        await pilot.pause(0.02)
-    assert cond()
-
-
-async def press(pilot: Pilot, *keys: str) -> None:
+async def press(pilot: Pilot[int], *keys: str) -> None:
     await pilot.press(*keys)
-    await pilot.pause()
-
-
-async def post(pilot: Pilot, app: GpuTuiApp, snap: Snapshot) -> None:
-    frames = app.frames
-    app.post_message(SnapshotReady(snap))
-    await until(pilot, lambda: app.frames > frames)
     await pilot.pause()
 
 
@@ -115,13 +92,13 @@ async def test_s_cycles_the_sort_column_and_S_reverses() -> None:
         await first_frame(pilot, app)
         assert header_line(app).startswith("GPU▲")  # ▲: smallest first
         gpus = by_pid(app, "gpu")
-        assert gpus == sorted(gpus)  # type: ignore[type-var]
+        assert gpus == sorted(gpus)
 
         await press(pilot, "s")
         assert app.view.sort == "gpu_mem"
         assert "GPU MEM▼" in header_line(app) and "GPU▲" not in header_line(app)
         mem = by_pid(app, "used_memory")
-        assert mem == sorted(mem, reverse=True)  # type: ignore[type-var]
+        assert mem == sorted(mem, reverse=True)
         assert app.snapshot is not None
         biggest = max(app.snapshot.processes, key=lambda p: p.used_memory or 0)
         drawn_mem = fmt_bytes(biggest.used_memory)
@@ -130,14 +107,14 @@ async def test_s_cycles_the_sort_column_and_S_reverses() -> None:
         await press(pilot, "S")
         assert "GPU MEM▲" in header_line(app)
         mem = by_pid(app, "used_memory")
-        assert mem == sorted(mem)  # type: ignore[type-var]
+        assert mem == sorted(mem)
         assert shown_pids(app)[-1] == biggest.pid and drawn_mem in body(app)[-1]
 
         await press(pilot, "s")  # the next column starts in its natural order again
         assert (app.view.sort, app.view.reverse) == ("sm", False)
         assert "SM%▼" in header_line(app)
         sm = by_pid(app, "sm_util")
-        assert sm == sorted(sm, reverse=True)  # type: ignore[type-var]
+        assert sm == sorted(sm, reverse=True)
         assert "93%" in body(app)[0]
 
         for _ in range(4):  # cpu, rss, time, pid
@@ -167,7 +144,7 @@ async def test_clicking_a_header_sorts_by_it_and_again_reverses() -> None:
         assert "GPU MEM▼" in header_line(app) and "PID▼" not in header_line(app)
         assert shown_pids(app)[0] == world.trainer_pid(3)
         mem = by_pid(app, "used_memory")
-        assert mem == sorted(mem, reverse=True)  # type: ignore[type-var]
+        assert mem == sorted(mem, reverse=True)
 
         await pilot.click(ProcessTable, offset=(column_x(app, "USER"), 0))
         await pilot.pause()
@@ -328,10 +305,10 @@ async def test_gpu_chooser_escape_keeps_all_gpus() -> None:
 # -- detail ----------------------------------------------------------------------------------------
 
 
-async def _open_detail_with_enter(pilot: Pilot, app: GpuTuiApp, pid: int) -> DetailScreen:
+async def _open_detail_with_enter(pilot: Pilot[int], app: GpuTuiApp, pid: int) -> DetailScreen:
     index = shown_pids(app).index(pid)
     await press(pilot, "home", *["down"] * index)
-    assert table(app).current is not None and table(app).current.pid == pid
+    assert known(table(app).current).pid == pid
     assert cursor_line(app).split()[1] == str(pid)
     await press(pilot, "enter")
     screen = app.screen
@@ -355,7 +332,7 @@ async def test_enter_opens_the_detail_of_the_highlighted_pid() -> None:
         assert "--rank 2" in text and "alice" in text
         await press(pilot, "escape")
         assert not isinstance(app.screen, DetailScreen)
-        assert table(app).current is not None and table(app).current.pid == pid
+        assert known(table(app).current).pid == pid
 
 
 async def test_double_click_on_a_row_opens_its_detail() -> None:
@@ -428,7 +405,7 @@ async def test_question_mark_opens_help() -> None:
         assert isinstance(app.screen, HelpScreen)
         await pilot.pause()
         text = screen_text(app)
-        for key, description in app.KEYS_HELP:
+        for key, description in app.KEYS.help():
             assert key in text
             assert description[:30] in text, description
         await press(pilot, "escape")
@@ -599,18 +576,22 @@ async def test_16_gpus_at_120x40_switch_to_compact() -> None:
 
 async def test_resizing_keeps_the_cursor_on_its_pid() -> None:
     app = make_app(gpus=4)
+
+    def width_is(width: int) -> Callable[[], bool]:
+        return lambda: table(app).size.width == width
+
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
         pid = world.trainer_pid(3)
         await press(pilot, "home", *["down"] * shown_pids(app).index(pid))
-        assert table(app).current is not None and table(app).current.pid == pid
+        assert known(table(app).current).pid == pid
         for size, compact in (((80, 24), True), ((200, 60), False), ((120, 40), False), ((80, 24), True)):
             await pilot.resize_terminal(*size)
             await pilot.pause()
-            await until(pilot, lambda size=size: table(app).size.width == size[0])
+            await until(pilot, width_is(size[0]))
             await pilot.pause()
             assert app.query_one(GpuPanes).compact == compact, size
-            assert table(app).current is not None and table(app).current.pid == pid
+            assert known(table(app).current).pid == pid
             assert cursor_line(app).split()[1] == str(pid)
             assert all(len(line) == size[0] for line in table(app)._lines)
         await pilot.resize_terminal(120, 40)

@@ -5,30 +5,25 @@ killed and waited for at teardown, whatever the test did."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 from textual.command import CommandPalette
-from textual.geometry import Region
 from textual.pilot import Pilot
-from textual.widget import Widget
 from textual.widgets import Checkbox, OptionList, RadioSet, Static
 
 from gputui.collect.sources.replay import ReplaySampler
-from gputui.model import ProcessRow, Snapshot
-from gputui.ui import app as app_module
+from gputui.model import Category, ProcessRow, Snapshot
+from gputui.ui import kill_flow
 from gputui.ui.app import GpuTuiApp, SnapshotReady
 from gputui.ui.screens.kill import KillScreen
 from gputui.ui.widgets.key_bar import KeyBar
 from gputui.ui.widgets.status import StatusLine
+from tests.helpers import Children, screen_text, static_text, until, wait_until
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 from tests.ui.drawn import body, header_line, lines, shown_pids, table
@@ -57,75 +52,9 @@ WITH_ZOMBIE = (
 # -- processes ---------------------------------------------------------------------------------------
 
 
-class Kids:
-    """The processes a test starts. `end()` kills and reaps them, and kills their descendants."""
-
-    def __init__(self) -> None:
-        self.popens: list[subprocess.Popen[str]] = []
-        self.others: list[psutil.Process] = []  # their children, reparented to init once they die
-
-    def start(self, code: str, *args: str) -> tuple[psutil.Process, str]:
-        """A child running `code` (with `args` in its argv); returns it and the first line it printed."""
-        popen = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", code, *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self.popens.append(popen)
-        assert popen.stdout is not None
-        line = popen.stdout.readline().strip()  # "" if it died: end of file, never a hang
-        assert line, f"child {popen.pid} did not start"
-        return psutil.Process(popen.pid), line
-
-    def adopt(self, pid: int) -> psutil.Process:
-        """A process started by one of ours: ended at teardown too (psutil refuses a reused PID)."""
-        proc = psutil.Process(pid)
-        self.others.append(proc)
-        return proc
-
-    def popen(self, proc: psutil.Process) -> subprocess.Popen[str]:
-        return next(p for p in self.popens if p.pid == proc.pid)
-
-    def end(self) -> None:
-        for popen in self.popens:
-            with contextlib.suppress(psutil.Error):
-                for kid in psutil.Process(popen.pid).children(recursive=True):
-                    if all(kid.pid != o.pid for o in self.others):
-                        self.others.append(kid)
-        for popen in self.popens:
-            if popen.poll() is None:
-                popen.kill()
-            popen.wait(timeout=10)
-            if popen.stdout is not None:
-                popen.stdout.close()
-        for proc in self.others:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-
-
-@pytest.fixture
-def kids() -> Iterator[Kids]:
-    k = Kids()
-    try:
-        yield k
-    finally:
-        k.end()
-
-
-def _wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(step)
-    return True
-
-
-def ended(kids: Kids, proc: psutil.Process) -> bool:
+def ended(spawn: Children, proc: psutil.Process) -> bool:
     """One of our children has exited (it is reaped here: a zombie of ours is not "alive")."""
-    return kids.popen(proc).poll() is not None
+    return spawn.popen(proc).poll() is not None
 
 
 def gone(proc: psutil.Process) -> bool:
@@ -136,8 +65,8 @@ def gone(proc: psutil.Process) -> bool:
         return True
 
 
-def alive(kids: Kids, proc: psutil.Process) -> bool:
-    return not ended(kids, proc) and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+def alive(spawn: Children, proc: psutil.Process) -> bool:
+    return not ended(spawn, proc) and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
 
 
 # -- worlds ------------------------------------------------------------------------------------------
@@ -195,15 +124,6 @@ def status(app: GpuTuiApp) -> str:
     return lines(app.query_one(StatusLine))[0].strip()
 
 
-def static_text(widget: Widget) -> str:
-    strips = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
-    return "\n".join(strip.text.rstrip() for strip in strips)
-
-
-def screen_text(app: GpuTuiApp) -> str:
-    return "\n".join(static_text(s) for s in app.screen.query(Static))
-
-
 def dialog_pids(app: GpuTuiApp) -> list[int]:
     """The PID column of the dialog's drawn list (not the note under it, which names PIDs too)."""
     texts = [static_text(s) for s in app.screen.query(Static)]
@@ -211,27 +131,18 @@ def dialog_pids(app: GpuTuiApp) -> list[int]:
     return [int(r.split()[0]) for r in grid.splitlines()[1:] if r.split() and r.split()[0].isdigit()]
 
 
-async def until(pilot: Pilot, cond: Callable[[], object], timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() >= deadline:
-            break
-        await pilot.pause(0.02)
-    assert cond()
-
-
-async def press(pilot: Pilot, *keys: str) -> None:
+async def press(pilot: Pilot[int], *keys: str) -> None:
     await pilot.press(*keys)
     await pilot.pause()
 
 
-async def cursor_to(pilot: Pilot, app: GpuTuiApp, pid: int) -> None:
+async def cursor_to(pilot: Pilot[int], app: GpuTuiApp, pid: int) -> None:
     await press(pilot, "home", *["down"] * shown_pids(app).index(pid))
     current = table(app).current
     assert current is not None and current.pid == pid
 
 
-async def open_dialog(pilot: Pilot, app: GpuTuiApp) -> KillScreen:
+async def open_dialog(pilot: Pilot[int], app: GpuTuiApp) -> KillScreen:
     await press(pilot, "k")
     await until(pilot, lambda: isinstance(app.screen, KillScreen))
     await pilot.pause()
@@ -240,7 +151,7 @@ async def open_dialog(pilot: Pilot, app: GpuTuiApp) -> KillScreen:
     return screen
 
 
-async def said(pilot: Pilot, app: GpuTuiApp, *words: str, timeout: float = 7.0) -> str:
+async def said(pilot: Pilot[int], app: GpuTuiApp, *words: str, timeout: float = 7.0) -> str:
     """Wait for the status line to carry every one of `words`; returns it."""
     await until(pilot, lambda: all(w in status(app) for w in words), timeout)
     return status(app)
@@ -249,8 +160,8 @@ async def said(pilot: Pilot, app: GpuTuiApp, *words: str, timeout: float = 7.0) 
 # -- k, Esc, y ---------------------------------------------------------------------------------------
 
 
-async def test_k_lists_the_process_and_esc_cancels(kids: Kids) -> None:
-    proc, _ = kids.start(SLEEPER)
+async def test_k_lists_the_process_and_esc_cancels(spawn: Children) -> None:
+    proc, _ = spawn.start(SLEEPER)
     app = app_on(row_of(proc, "python train.py --job esc", category="ok"))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -271,11 +182,11 @@ async def test_k_lists_the_process_and_esc_cancels(kids: Kids) -> None:
         await until(pilot, lambda: not isinstance(app.screen, KillScreen))
         assert "cancelled" in status(app) and "nothing was sent" in status(app)
         time.sleep(0.2)
-        assert alive(kids, proc)
+        assert alive(spawn, proc)
 
 
-async def test_enter_on_the_focused_cancel_button_sends_nothing(kids: Kids) -> None:
-    proc, _ = kids.start(SLEEPER)
+async def test_enter_on_the_focused_cancel_button_sends_nothing(spawn: Children) -> None:
+    proc, _ = spawn.start(SLEEPER)
     app = app_on(row_of(proc, "python train.py --job enter"))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -284,12 +195,12 @@ async def test_enter_on_the_focused_cancel_button_sends_nothing(kids: Kids) -> N
         await until(pilot, lambda: not isinstance(app.screen, KillScreen))
         assert "cancelled" in status(app)
         time.sleep(0.2)
-        assert alive(kids, proc)
+        assert alive(spawn, proc)
 
 
-async def test_y_sends_sigterm_and_the_process_is_gone(kids: Kids) -> None:
-    proc, _ = kids.start(SLEEPER)
-    other, _ = kids.start(SLEEPER)
+async def test_y_sends_sigterm_and_the_process_is_gone(spawn: Children) -> None:
+    proc, _ = spawn.start(SLEEPER)
+    other, _ = spawn.start(SLEEPER)
     app = app_on(row_of(proc, "python train.py --job a"), row_of(other, "python train.py --job b", gpu=1))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -301,16 +212,16 @@ async def test_y_sends_sigterm_and_the_process_is_gone(kids: Kids) -> None:
         await press(pilot, "y")
         text = await said(pilot, app, "gone")
         assert text.startswith(f"SIGTERM → {proc.pid} (python train.py --job a): gone"), text
-        assert _wait_until(lambda: ended(kids, proc), 3.0)
-        assert kids.popen(proc).returncode == -15  # SIGTERM, not SIGKILL
-        assert alive(kids, other)
+        assert wait_until(lambda: ended(spawn, proc), 3.0)
+        assert spawn.popen(proc).returncode == -15  # SIGTERM, not SIGKILL
+        assert alive(spawn, other)
 
 
 # -- SIGKILL and K ---------------------------------------------------------------------------------
 
 
-async def test_sigkill_chosen_with_the_keyboard_ends_a_process_that_ignores_sigterm(kids: Kids) -> None:
-    proc, _ = kids.start(STUBBORN)
+async def test_sigkill_chosen_with_the_keyboard_ends_a_process_that_ignores_sigterm(spawn: Children) -> None:
+    proc, _ = spawn.start(STUBBORN)
     app = app_on(row_of(proc, "python stubborn.py"))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -326,12 +237,12 @@ async def test_sigkill_chosen_with_the_keyboard_ends_a_process_that_ignores_sigt
         await press(pilot, "y")
         text = await said(pilot, app, "gone")
         assert text.startswith(f"SIGKILL → {proc.pid}"), text
-        assert _wait_until(lambda: ended(kids, proc), 3.0)
-        assert kids.popen(proc).returncode == -9
+        assert wait_until(lambda: ended(spawn, proc), 3.0)
+        assert spawn.popen(proc).returncode == -9
 
 
-async def test_sigkill_chosen_with_the_mouse(kids: Kids) -> None:
-    proc, _ = kids.start(STUBBORN)
+async def test_sigkill_chosen_with_the_mouse(spawn: Children) -> None:
+    proc, _ = spawn.start(STUBBORN)
     app = app_on(row_of(proc, "python stubborn.py"))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -342,13 +253,13 @@ async def test_sigkill_chosen_with_the_mouse(kids: Kids) -> None:
         assert pressed is not None and pressed.id == "SIGKILL"
         await press(pilot, "y")
         await said(pilot, app, f"SIGKILL → {proc.pid}", "gone")
-        assert _wait_until(lambda: ended(kids, proc), 3.0)
-        assert kids.popen(proc).returncode == -9
+        assert wait_until(lambda: ended(spawn, proc), 3.0)
+        assert spawn.popen(proc).returncode == -9
 
 
-async def test_sigterm_ignored_then_K_sends_sigkill(kids: Kids, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app_module, "ESCALATE_AFTER_S", 1.0)
-    proc, _ = kids.start(STUBBORN)
+async def test_sigterm_ignored_then_K_sends_sigkill(spawn: Children, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kill_flow, "ESCALATE_AFTER_S", 1.0)
+    proc, _ = spawn.start(STUBBORN)
     app = app_on(row_of(proc, "python stubborn.py"))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -358,23 +269,23 @@ async def test_sigterm_ignored_then_K_sends_sigkill(kids: Kids, monkeypatch: pyt
         await press(pilot, "y")
         text = await said(pilot, app, "still alive", "press K")
         assert text.startswith(f"SIGTERM → {proc.pid} (python stubborn.py): still alive"), text
-        assert alive(kids, proc)
-        assert [t.pid for t in app.escalation] == [proc.pid]
+        assert alive(spawn, proc)
+        assert [t.pid for t in app.kills.escalation] == [proc.pid]
         await press(pilot, "K")
         text = await said(pilot, app, "SIGKILL", "gone")
         assert text.startswith(f"SIGKILL → {proc.pid}"), text
-        assert _wait_until(lambda: ended(kids, proc), 3.0)
-        assert kids.popen(proc).returncode == -9
-        assert app.escalation == ()
+        assert wait_until(lambda: ended(spawn, proc), 3.0)
+        assert spawn.popen(proc).returncode == -9
+        assert app.kills.escalation == ()
 
 
 # -- tags ------------------------------------------------------------------------------------------
 
 
-async def test_space_tags_two_rows_and_k_signals_both(kids: Kids) -> None:
-    a, _ = kids.start(SLEEPER)
-    b, _ = kids.start(SLEEPER)
-    c, _ = kids.start(SLEEPER)
+async def test_space_tags_two_rows_and_k_signals_both(spawn: Children) -> None:
+    a, _ = spawn.start(SLEEPER)
+    b, _ = spawn.start(SLEEPER)
+    c, _ = spawn.start(SLEEPER)
     app = app_on(row_of(a, "python a.py"), row_of(b, "python b.py", gpu=1), row_of(c, "python c.py", gpu=1))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -393,8 +304,8 @@ async def test_space_tags_two_rows_and_k_signals_both(kids: Kids) -> None:
         text = await said(pilot, app, "2 processes", "gone: ")
         assert text.startswith("SIGTERM → 2 processes: gone: "), text
         assert str(a.pid) in text and str(c.pid) in text and str(b.pid) not in text
-        assert _wait_until(lambda: ended(kids, a) and ended(kids, c), 3.0)
-        assert alive(kids, b)
+        assert wait_until(lambda: ended(spawn, a) and ended(spawn, c), 3.0)
+        assert alive(spawn, b)
         assert app.tagged == set()
 
 
@@ -402,9 +313,9 @@ async def test_space_tags_two_rows_and_k_signals_both(kids: Kids) -> None:
 
 
 @pytest.mark.parametrize("children", [True, False], ids=["include-children", "alone"])
-async def test_include_children_also_ends_the_childs_child(kids: Kids, children: bool) -> None:
-    parent, line = kids.start(WITH_CHILD)
-    child = kids.adopt(int(line))
+async def test_include_children_also_ends_the_childs_child(spawn: Children, children: bool) -> None:
+    parent, line = spawn.start(WITH_CHILD)
+    child = spawn.adopt(int(line))
     assert child.ppid() == parent.pid
     app = app_on(row_of(parent, "python trainer.py --workers 1"))
     async with app.run_test(size=SIZE) as pilot:
@@ -421,17 +332,17 @@ async def test_include_children_also_ends_the_childs_child(kids: Kids, children:
             text = await said(pilot, app, "2 processes", f"gone: {child.pid}, {parent.pid}")
         else:
             text = await said(pilot, app, f"SIGTERM → {parent.pid}", "gone")
-        assert _wait_until(lambda: ended(kids, parent), 3.0), text
+        assert wait_until(lambda: ended(spawn, parent), 3.0), text
         if children:
-            assert _wait_until(lambda: gone(child), 3.0)
+            assert wait_until(lambda: gone(child), 3.0)
         else:
             time.sleep(0.2)
             assert not gone(child)  # only the process itself was asked
 
 
-async def test_a_child_holding_the_gpu_turns_the_box_on_and_both_end(kids: Kids) -> None:
-    parent, line = kids.start(WITH_CHILD)
-    child = kids.adopt(int(line))
+async def test_a_child_holding_the_gpu_turns_the_box_on_and_both_end(spawn: Children) -> None:
+    parent, line = spawn.start(WITH_CHILD)
+    child = spawn.adopt(int(line))
     worker = row_of(child, "python trainer.py (worker)", kinds="", used_memory=None, category="worker")
     worker = replace(worker, devices=("/dev/nvidiactl", "/dev/nvidia0"), ppid=parent.pid)
     app = app_on(row_of(parent, "python trainer.py --workers 1"), worker)
@@ -444,28 +355,28 @@ async def test_a_child_holding_the_gpu_turns_the_box_on_and_both_end(kids: Kids)
         assert "Send a signal to 2 processes?" in screen_text(app)
         await press(pilot, "y")
         text = await said(pilot, app, f"gone: {child.pid}, {parent.pid}")
-        assert _wait_until(lambda: ended(kids, parent) and gone(child), 3.0), text
+        assert wait_until(lambda: ended(spawn, parent) and gone(child), 3.0), text
 
 
-async def test_shift_k_in_the_dialog_sends_sigkill_at_once(kids: Kids) -> None:
-    proc, _ = kids.start(STUBBORN)
+async def test_shift_k_in_the_dialog_sends_sigkill_at_once(spawn: Children) -> None:
+    proc, _ = spawn.start(STUBBORN)
     app = app_on(row_of(proc, "python stubborn.py"))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
         await open_dialog(pilot, app)
         await press(pilot, "K")
         await said(pilot, app, f"SIGKILL → {proc.pid}", "gone")
-        assert _wait_until(lambda: ended(kids, proc), 3.0)
-        assert kids.popen(proc).returncode == -9
+        assert wait_until(lambda: ended(spawn, proc), 3.0)
+        assert spawn.popen(proc).returncode == -9
 
 
 # -- defunct rows ------------------------------------------------------------------------------------
 
 
-async def test_a_defunct_row_offers_its_parent(kids: Kids) -> None:
-    parent, line = kids.start(WITH_ZOMBIE)
-    zombie = kids.adopt(int(line))
-    assert _wait_until(lambda: zombie.status() == psutil.STATUS_ZOMBIE, 3.0)
+async def test_a_defunct_row_offers_its_parent(spawn: Children) -> None:
+    parent, line = spawn.start(WITH_ZOMBIE)
+    zombie = spawn.adopt(int(line))
+    assert wait_until(lambda: zombie.status() == psutil.STATUS_ZOMBIE, 3.0)
     row = row_of(
         zombie,
         "[python]",
@@ -492,16 +403,16 @@ async def test_a_defunct_row_offers_its_parent(kids: Kids) -> None:
         assert dialog_pids(app) == [parent.pid]
         await press(pilot, "y")
         text = await said(pilot, app, f"SIGTERM → {parent.pid}", "gone")
-        assert _wait_until(lambda: ended(kids, parent), 3.0), text
+        assert wait_until(lambda: ended(spawn, parent), 3.0), text
         # With its parent gone, init reaps the zombie.
-        assert _wait_until(lambda: not zombie.is_running(), 5.0)
+        assert wait_until(lambda: not zombie.is_running(), 5.0)
 
 
-async def test_the_offered_parent_s_command_line_is_drawn_printable(kids: Kids) -> None:
+async def test_the_offered_parent_s_command_line_is_drawn_printable(spawn: Children) -> None:
     # A multi-line `python -c` program is an ordinary command line; an escape sequence is a hostile one.
-    parent, line = kids.start("\n" + WITH_ZOMBIE, "\x1b[31mred\x07")
-    zombie = kids.adopt(int(line))
-    assert _wait_until(lambda: zombie.status() == psutil.STATUS_ZOMBIE, 3.0)
+    parent, line = spawn.start("\n" + WITH_ZOMBIE, "\x1b[31mred\x07")
+    zombie = spawn.adopt(int(line))
+    assert wait_until(lambda: zombie.status() == psutil.STATUS_ZOMBIE, 3.0)
     app = app_on(row_of(zombie, "[python]", kinds="", category="defunct"))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -523,10 +434,10 @@ async def test_the_offered_parent_s_command_line_is_drawn_printable(kids: Kids) 
             await press(pilot, "escape")
 
 
-async def test_a_defunct_row_whose_parent_is_gone_opens_nothing(kids: Kids) -> None:
-    parent, line = kids.start(WITH_ZOMBIE)
-    zombie = kids.adopt(int(line))
-    assert _wait_until(lambda: zombie.status() == psutil.STATUS_ZOMBIE, 3.0)
+async def test_a_defunct_row_whose_parent_is_gone_opens_nothing(spawn: Children) -> None:
+    parent, line = spawn.start(WITH_ZOMBIE)
+    zombie = spawn.adopt(int(line))
+    assert wait_until(lambda: zombie.status() == psutil.STATUS_ZOMBIE, 3.0)
     row = row_of(zombie, "[python]", kinds="", category="defunct", ppid=4194303)  # no such parent
     app = app_on(row)
     async with app.run_test(size=SIZE) as pilot:
@@ -534,13 +445,13 @@ async def test_a_defunct_row_whose_parent_is_gone_opens_nothing(kids: Kids) -> N
         await press(pilot, "k")
         assert not isinstance(app.screen, KillScreen)
         assert f"{zombie.pid} is defunct" in status(app) and "Its parent is gone" in status(app)
-        assert alive(kids, parent)
+        assert alive(spawn, parent)
 
 
-async def test_a_tagged_defunct_row_and_its_tagged_parent_list_the_parent_once(kids: Kids) -> None:
-    parent, line = kids.start(WITH_ZOMBIE)
-    zombie = kids.adopt(int(line))
-    assert _wait_until(lambda: zombie.status() == psutil.STATUS_ZOMBIE, 3.0)
+async def test_a_tagged_defunct_row_and_its_tagged_parent_list_the_parent_once(spawn: Children) -> None:
+    parent, line = spawn.start(WITH_ZOMBIE)
+    zombie = spawn.adopt(int(line))
+    assert wait_until(lambda: zombie.status() == psutil.STATUS_ZOMBIE, 3.0)
     # The zombie on GPU 0 is drawn above its parent on GPU 1.
     app = app_on(
         row_of(zombie, "[python]", gpu=0, kinds="", category="defunct"),
@@ -559,26 +470,26 @@ async def test_a_tagged_defunct_row_and_its_tagged_parent_list_the_parent_once(k
             await press(pilot, "escape")
 
 
-async def test_a_process_that_ended_while_the_dialog_was_open_is_already_gone(kids: Kids) -> None:
-    proc, _ = kids.start(SLEEPER)
+async def test_a_process_that_ended_while_the_dialog_was_open_is_already_gone(spawn: Children) -> None:
+    proc, _ = spawn.start(SLEEPER)
     app = app_on(row_of(proc, "python done.py"))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
         await open_dialog(pilot, app)
-        kids.popen(proc).kill()
-        kids.popen(proc).wait(timeout=5)
+        spawn.popen(proc).kill()
+        spawn.popen(proc).wait(timeout=5)
         await press(pilot, "y")
         text = await said(pilot, app, "already gone")
         assert text.startswith(f"SIGTERM → {proc.pid} (python done.py): already gone"), text
-        assert "press K" not in text and app.escalation == ()
+        assert "press K" not in text and app.kills.escalation == ()
 
 
 # -- the dialog is bound to its processes ------------------------------------------------------------
 
 
-async def test_the_dialog_signals_the_process_it_was_opened_for(kids: Kids) -> None:
-    a, _ = kids.start(SLEEPER)
-    b, _ = kids.start(SLEEPER)
+async def test_the_dialog_signals_the_process_it_was_opened_for(spawn: Children) -> None:
+    a, _ = spawn.start(SLEEPER)
+    b, _ = spawn.start(SLEEPER)
     first = snapshot(row_of(a, "python a.py", gpu=0), row_of(b, "python b.py", gpu=1))
     app = GpuTuiApp(ReplaySampler([first]), interval=30.0, devices_dir=Path("/nonexistent"))
     async with app.run_test(size=SIZE) as pilot:
@@ -589,7 +500,8 @@ async def test_the_dialog_signals_the_process_it_was_opened_for(kids: Kids) -> N
         assert [e.target.pid for e in screen.entries] == [a.pid]
         # The processes swap GPUs behind the dialog: the row under the cursor is now b's.
         second = snapshot(row_of(a, "python a.py", gpu=1), row_of(b, "python b.py", gpu=0), at=1.0)
-        app.sampler.snapshots = [second]  # type: ignore[union-attr]  # and on any later tick
+        assert isinstance(app.sampler, ReplaySampler)
+        app.sampler.snapshots = [second]  # and on any later tick
         frames = app.frames
         app.post_message(SnapshotReady(second))
         await until(pilot, lambda: app.frames > frames)
@@ -601,16 +513,16 @@ async def test_the_dialog_signals_the_process_it_was_opened_for(kids: Kids) -> N
         assert [e.target.pid for e in screen.entries] == [a.pid]
         await press(pilot, "y")
         await said(pilot, app, f"SIGTERM → {a.pid}", "gone")
-        assert _wait_until(lambda: ended(kids, a), 3.0)
+        assert wait_until(lambda: ended(spawn, a), 3.0)
         time.sleep(0.2)
-        assert alive(kids, b)
+        assert alive(spawn, b)
 
 
 # -- refusals ----------------------------------------------------------------------------------------
 
 
-async def test_a_reused_pid_is_refused(kids: Kids) -> None:
-    proc, _ = kids.start(SLEEPER)
+async def test_a_reused_pid_is_refused(spawn: Children) -> None:
+    proc, _ = spawn.start(SLEEPER)
     # The row saw another process with this PID: it started 1000 s before this one.
     app = app_on(row_of(proc, "python old-job.py", create_time=proc.create_time() - 1000.0))
     async with app.run_test(size=SIZE) as pilot:
@@ -620,11 +532,11 @@ async def test_a_reused_pid_is_refused(kids: Kids) -> None:
         text = status(app)
         assert text.startswith(f"{proc.pid} is not offered: the PID now belongs to another process"), text
         await pilot.pause(0.3)
-        assert alive(kids, proc)
+        assert alive(spawn, proc)
 
 
-async def test_an_unknown_start_time_is_refused(kids: Kids) -> None:
-    proc, _ = kids.start(SLEEPER)
+async def test_an_unknown_start_time_is_refused(spawn: Children) -> None:
+    proc, _ = spawn.start(SLEEPER)
     app = app_on(row_of(proc, "python unknown.py", create_time=None))
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -632,7 +544,7 @@ async def test_an_unknown_start_time_is_refused(kids: Kids) -> None:
         assert not isinstance(app.screen, KillScreen)
         assert f"{proc.pid} is not offered: its start time is unknown" in status(app)
         await pilot.pause(0.3)
-        assert alive(kids, proc)
+        assert alive(spawn, proc)
 
 
 @pytest.mark.parametrize(
@@ -671,7 +583,7 @@ def footer_descriptions(app: GpuTuiApp) -> list[str]:
     return [description for _, _, description, _ in app.query_one(KeyBar).hints]
 
 
-async def palette_titles(pilot: Pilot, app: GpuTuiApp) -> list[str]:
+async def palette_titles(pilot: Pilot[int], app: GpuTuiApp) -> list[str]:
     """The command palette's list before anything is typed: every command, by title."""
     await press(pilot, "ctrl+p")
     await until(pilot, lambda: isinstance(app.screen, CommandPalette))
@@ -752,7 +664,7 @@ async def test_the_unaccounted_row_is_shown_and_k_on_it_says_why_nothing_is_sign
 # -- z: the zombies view -----------------------------------------------------------------------------
 
 
-def _fake(pid: int, category: str, reason: str, command: str, **changes: object) -> ProcessRow:
+def _fake(pid: int, category: Category, reason: str, command: str, **changes: object) -> ProcessRow:
     row = ProcessRow(
         gpu=0,
         pid=pid,
@@ -839,9 +751,9 @@ async def test_z_with_nothing_suspicious_says_so() -> None:
         assert shown_pids(app) == [5101]  # its worker 5102 is folded under it
 
 
-async def test_k_in_the_zombies_view_signals_a_real_orphan(kids: Kids) -> None:
-    ok, _ = kids.start(SLEEPER)
-    orphan, _ = kids.start(SLEEPER)
+async def test_k_in_the_zombies_view_signals_a_real_orphan(spawn: Children) -> None:
+    ok, _ = spawn.start(SLEEPER)
+    orphan, _ = spawn.start(SLEEPER)
     app = app_on(
         row_of(ok, "python train.py", category="ok"),
         row_of(
@@ -862,8 +774,8 @@ async def test_k_in_the_zombies_view_signals_a_real_orphan(kids: Kids) -> None:
         assert screen.entries[0].category == "orphan" and screen.entries[0].memory == "-"
         await press(pilot, "y")
         await said(pilot, app, f"SIGTERM → {orphan.pid}", "gone")
-        assert _wait_until(lambda: ended(kids, orphan), 3.0)
-        assert alive(kids, ok)
+        assert wait_until(lambda: ended(spawn, orphan), 3.0)
+        assert alive(spawn, ok)
 
 
 # -- the demo, end to end ----------------------------------------------------------------------------

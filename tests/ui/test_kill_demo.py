@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -17,17 +16,9 @@ from gputui.actions.kill_plan import PARENT, describe_outcomes, plan_kill
 from gputui.collect.sampler import Sampler
 from gputui.collect.sources.demo import DemoSource
 from gputui.model import ProcessRow, Snapshot
+from tests.helpers import wait_until
 
 GIB = 1 << 30
-
-
-def wait_until(pred: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 @pytest.fixture

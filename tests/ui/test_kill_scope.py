@@ -23,23 +23,22 @@ from gputui.actions import signals
 from gputui.actions.kill_plan import job_share, plan_kill
 from gputui.model import HostProcess, Owner, ProcessRow
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.kill_flow import KillFlow
 from gputui.ui.screens.kill import KillRequest, KillScreen
 from gputui.ui.widgets.dip_groups import RANGE
 from gputui.units import fmt_bytes
+from tests.helpers import Children, screen_text
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app, move_to
 from tests.ui.test_jobs import SLURM, app_with_owners
 from tests.ui.test_kill import (
     WITH_CHILD,
-    Kids,
     app_on,
     cursor_to,
     dialog_pids,
-    kids,  # noqa: F401 - the fixture
     open_dialog,
     press,
     row_of,
-    screen_text,
     status,
 )
 from tests.ui.test_kill_plan import GUARD, gpu_row, host, snap
@@ -56,7 +55,7 @@ def nothing_live(monkeypatch: pytest.MonkeyPatch) -> None:
 def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[KillRequest]]:
     """What the dialog asked the app to send: captured, never sent (the worlds' PIDs are made up)."""
     requests: list[KillRequest] = []
-    monkeypatch.setattr(GpuTuiApp, "_send", lambda self, request: requests.append(request))
+    monkeypatch.setattr(KillFlow, "send", lambda self, request: requests.append(request))
     yield requests
 
 
@@ -123,7 +122,7 @@ def tree_pids() -> list[int]:
     return [world.LAUNCHER] + [pid for r in ranks for pid in (r, *(r + 1 + w for w in range(WORKERS)))]
 
 
-async def open_on_launcher(pilot: Pilot, app: GpuTuiApp) -> KillScreen:
+async def open_on_launcher(pilot: Pilot[int], app: GpuTuiApp) -> KillScreen:
     await first_frame(pilot, app)
     await press(pilot, "p", "t")
     await cursor_to(pilot, app, world.LAUNCHER)
@@ -315,9 +314,9 @@ def test_a_descendant_that_is_never_signalled_is_left_out_with_its_subtree() -> 
 # -- a real child the snapshot does not show ---------------------------------------------------------
 
 
-async def test_a_real_child_missing_from_the_snapshot_is_listed_and_counted(kids: Kids) -> None:  # noqa: F811
-    parent, line = kids.start(WITH_CHILD)
-    child = kids.adopt(int(line))
+async def test_a_real_child_missing_from_the_snapshot_is_listed_and_counted(spawn: Children) -> None:
+    parent, line = spawn.start(WITH_CHILD)
+    child = spawn.adopt(int(line))
     app = app_on(row_of(parent, "python trainer.py --workers 1"))
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)

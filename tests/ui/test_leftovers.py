@@ -5,55 +5,42 @@ lists the holders and `k` offers to signal exactly them, on real processes, thro
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import psutil
-import pytest
 
 from gputui.analyze.classify import ORPHAN, WORKER, Leftover, estimated, leftovers, likely_holders
 from gputui.collect.sources.replay import ReplaySampler
-from gputui.model import ProcessRow
+from gputui.model import Category, ProcessRow
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.kill import KillScreen
 from gputui.ui.screens.leftovers import LeftoverScreen
 from gputui.ui.widgets.process_rows import View, build_rows
+from tests.helpers import Children, screen_text, until
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import body, lines, table
 from tests.ui.test_kill import (
     SIZE,
     SLEEPER,
-    Kids,
     dialog_pids,
     ended,
     open_dialog,
     press,
     row_of,
     said,
-    screen_text,
     snapshot,
     status,
-    until,
 )
 
 GIB = 1 << 30
 GPU = 1
 
 
-@pytest.fixture
-def kids() -> Iterator[Kids]:
-    k = Kids()
-    try:
-        yield k
-    finally:
-        k.end()
-
-
 HELD = 9 * GIB + GIB // 2
 
 
-def holder(pid: int, gpu: int = GPU, category: str = ORPHAN, **changes: object) -> ProcessRow:
+def holder(pid: int, gpu: int = GPU, category: Category = ORPHAN, **changes: object) -> ProcessRow:
     row = ProcessRow(
         gpu=gpu,
         pid=pid,
@@ -144,8 +131,8 @@ async def test_the_note_under_the_table_explains_the_estimate() -> None:
 # -- Enter and k on the unaccounted row, on real processes --------------------------------------------
 
 
-def _orphans(kids: Kids, count: int = 2) -> tuple[list[psutil.Process], list[ProcessRow]]:
-    procs = [kids.start(SLEEPER)[0] for _ in range(count)]
+def _orphans(spawn: Children, count: int = 2) -> tuple[list[psutil.Process], list[ProcessRow]]:
+    procs = [spawn.start(SLEEPER)[0] for _ in range(count)]
     rows = [
         replace(
             row_of(p, f"python finetune.py --worker {i}", gpu=GPU),
@@ -162,9 +149,9 @@ def _orphans(kids: Kids, count: int = 2) -> tuple[list[psutil.Process], list[Pro
     return procs, rows
 
 
-async def test_enter_lists_the_holders_and_k_signals_exactly_them(kids: Kids) -> None:
-    trainer = kids.start(SLEEPER)[0]
-    procs, rows = _orphans(kids)
+async def test_enter_lists_the_holders_and_k_signals_exactly_them(spawn: Children) -> None:
+    trainer = spawn.start(SLEEPER)[0]
+    procs, rows = _orphans(spawn)
     app = app_with_leftover(row_of(trainer, "python train.py", gpu=GPU), *rows)
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -185,13 +172,13 @@ async def test_enter_lists_the_holders_and_k_signals_exactly_them(kids: Kids) ->
         assert "Estimated holders of GPU 1's 9.5 GiB unaccounted memory" in text
         assert "~9.5 GiB? estimated" in " ".join(text.split())
         await press(pilot, "y")
-        await until(pilot, lambda: all(ended(kids, p) for p in procs), timeout=5.0)
-        assert not ended(kids, trainer)
+        await until(pilot, lambda: all(ended(spawn, p) for p in procs), timeout=5.0)
+        assert not ended(spawn, trainer)
         await said(pilot, app, "gone")
 
 
-async def test_k_on_the_unaccounted_row_opens_the_dialog_for_its_holders(kids: Kids) -> None:
-    procs, rows = _orphans(kids, count=1)
+async def test_k_on_the_unaccounted_row_opens_the_dialog_for_its_holders(spawn: Children) -> None:
+    procs, rows = _orphans(spawn, count=1)
     app = app_with_leftover(*rows)
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -202,11 +189,11 @@ async def test_k_on_the_unaccounted_row_opens_the_dialog_for_its_holders(kids: K
         assert screen.entries[0].memory == "~9.5 GiB?"  # one holder: all of it, as an estimate
         assert screen.entries[0].target.create_time == procs[0].create_time()
         await press(pilot, "escape")
-        assert not ended(kids, procs[0])
+        assert not ended(spawn, procs[0])
 
 
-async def test_read_only_says_why_k_on_the_unaccounted_row_sends_nothing(kids: Kids) -> None:
-    procs, rows = _orphans(kids, count=1)
+async def test_read_only_says_why_k_on_the_unaccounted_row_sends_nothing(spawn: Children) -> None:
+    procs, rows = _orphans(spawn, count=1)
     app = app_with_leftover(*rows, readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await first_frame(pilot, app)
@@ -215,4 +202,4 @@ async def test_read_only_says_why_k_on_the_unaccounted_row_sends_nothing(kids: K
         await press(pilot, "k")
         await until(pilot, lambda: not isinstance(app.screen, LeftoverScreen))
         assert "read-only" in status(app) and not isinstance(app.screen, KillScreen)
-        assert not ended(kids, procs[0])
+        assert not ended(spawn, procs[0])

@@ -43,7 +43,7 @@ def mig_app(gpus: int = 4) -> GpuTuiApp:
 def test_mig_gpu_at_120x40(snap_compare) -> None:  # type: ignore[no-untyped-def]
     app = mig_app()
 
-    async def run_before(pilot: Pilot) -> None:
+    async def run_before(pilot: Pilot[int]) -> None:
         await first_frame(pilot, app)
         for _ in range(3):
             await pilot.pause(0.05)

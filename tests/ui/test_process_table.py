@@ -45,7 +45,7 @@ def command_x(app: App[None]) -> int:
     return drawn(app)[0].index("COMMAND")
 
 
-async def shown(pilot: Pilot, snap: Snapshot, view: View | None = None) -> ProcessTable:
+async def shown(pilot: Pilot[None], snap: Snapshot, view: View | None = None) -> ProcessTable:
     t = pilot.app.query_one(ProcessTable)
     t.show(snap, view or View())
     t.focus()

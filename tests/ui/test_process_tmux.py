@@ -7,9 +7,13 @@ from __future__ import annotations
 import re
 
 import psutil
+import pytest
 
-from tests.ui.terminal import WORKERS, Tmux, _wait_until, needs_tmux
+from tests.helpers import wait_until as _wait_until
+from tests.ui.terminal import WORKERS, Tmux, needs_tmux
 from tests.ui.test_terminal import _demo_in_tmux, _quit_with_q, _rows
+
+pytestmark = pytest.mark.terminal
 
 GPUS = 8
 

@@ -21,8 +21,8 @@ def _detail(app: GpuTuiApp) -> None:
     app._open_detail(app.table.current.process)
 
 
-OPENERS: dict[str, Callable[[GpuTuiApp], None]] = {
-    "allocator": lambda app: app._open_allocator(PID),
+OPENERS: dict[str, Callable[[GpuTuiApp], object]] = {
+    "allocator": lambda app: app.open_allocator(PID),
     "events": GpuTuiApp.action_events,
     "detail": _detail,
     "doctor": GpuTuiApp.action_doctor,

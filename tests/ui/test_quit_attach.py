@@ -14,29 +14,23 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from gputui.collect.agents.client import AgentPoller
-from tests.attach.gil_hog import Hog, debuggers_of, wait_queued, wait_until
+from tests.attach.gil_hog import HOLD_S, Hog, debuggers_of, wait_queued
+from tests.helpers import wait_until
 from tests.ui.pty_run import PtyRun
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gdb") is None or os.geteuid() != 0, reason="needs gdb, and root (ptrace)"
-)
-HOLD_S = 6.0  # how long the job's C call holds the GIL: gdb waits in its call all that time
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.terminal,
+    pytest.mark.skipif(
+        shutil.which("gdb") is None or os.geteuid() != 0, reason="needs gdb, and root (ptrace)"
+    ),
+]
 QUIT_WITHIN_S = 1.0
 EXIT_STATUS = {"q": 0, "ctrl+c": 0, "SIGTERM": 143, "SIGHUP": 129, "hangup": 129}
-
-
-@pytest.fixture
-def hog() -> Iterator[Hog]:
-    job = Hog(HOLD_S)
-    try:
-        yield job
-    finally:
-        job.close()
 
 
 def _leave(run: PtyRun, how: str) -> None:

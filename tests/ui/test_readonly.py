@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from textual.geometry import Region
 from textual.pilot import Pilot
-from textual.widget import Widget
-from textual.widgets import Static
 
 from gputui.agent.server import Agent
 from gputui.collect.agents.client import AgentPoller
@@ -29,6 +25,7 @@ from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.allocator import AllocatorScreen
 from gputui.ui.screens.detail import DetailScreen
 from gputui.ui.screens.doctor import DoctorScreen
+from tests.helpers import screen_text, until
 from tests.ui import world
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import lines
@@ -82,31 +79,15 @@ def _recording(agents: dict[int, AgentReport]) -> list[Snapshot]:
 def _app(snaps: list[Snapshot], replay: bool, poller: AgentPoller | None = None) -> GpuTuiApp:
     sampler = ReplaySampler(snaps, devices_dir=Path("/nonexistent"))
     if poller is not None:
-        sampler.agents = poller  # type: ignore[attr-defined]
+        sampler.agents = poller
     return GpuTuiApp(sampler, interval=30.0, readonly=True, replay=replay)
 
 
-def static_text(widget: Widget) -> str:
-    strips = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
-    return "\n".join(strip.text.rstrip() for strip in strips)
-
-
-def screen_text(app: GpuTuiApp) -> str:
-    return "\n".join(static_text(s) for s in app.screen.query(Static))
-
-
-async def _until(pilot: Pilot, cond, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {cond}"
-        await pilot.pause(0.02)
-
-
-async def _press_every_action(pilot: Pilot, app: GpuTuiApp) -> AllocatorScreen:
+async def _press_every_action(pilot: Pilot[int], app: GpuTuiApp) -> AllocatorScreen:
     await first_frame(pilot, app)
     assert app.table.current is not None and app.table.current.pid == ME
     await pilot.press("a")
-    await _until(pilot, lambda: isinstance(app.screen, AllocatorScreen))
+    await until(pilot, lambda: isinstance(app.screen, AllocatorScreen))
     screen = app.screen
     assert isinstance(screen, AllocatorScreen)
     for key in "hhsseehse":  # each action armed and confirmed, then some more
@@ -134,11 +115,11 @@ async def test_with_actions_allowed_the_same_keys_do_reach_the_agent(
     report = live_poller.poll()[ME]
     before = agent.requests
     sampler = ReplaySampler(_recording({ME: report}), devices_dir=Path("/nonexistent"))
-    sampler.agents = live_poller  # type: ignore[attr-defined]
+    sampler.agents = live_poller
     app = GpuTuiApp(sampler, interval=30.0)
     async with app.run_test(size=(120, 40)) as pilot:
         await _press_every_action(pilot, app)
-        await _until(pilot, lambda: agent.requests >= before + 3)
+        await until(pilot, lambda: agent.requests >= before + 3)
 
 
 def _forbid(monkeypatch: pytest.MonkeyPatch, target: str) -> list[str]:
@@ -161,7 +142,7 @@ async def test_replay_detail_shows_the_recording_only(monkeypatch: pytest.Monkey
         await first_frame(pilot, app)
         assert app.table.current is not None and app.table.current.pid == ME
         await pilot.press("enter")
-        await _until(pilot, lambda: isinstance(app.screen, DetailScreen))
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen))
         await pilot.pause(0.3)
         text = screen_text(app)
         assert not called
@@ -192,10 +173,10 @@ async def test_readonly_detail_reads_proc_but_never_attaches_py_spy(monkeypatch:
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
         await pilot.press("enter")
-        await _until(pilot, lambda: isinstance(app.screen, DetailScreen))
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen))
         screen = app.screen
         assert isinstance(screen, DetailScreen)
-        await _until(pilot, lambda: screen.detail is not None and screen.stack is not None)
+        await until(pilot, lambda: screen.detail is not None and screen.stack is not None)
         assert screen.detail is not None and screen.detail.error is None  # this process, read live
         assert not called
         assert "read-only" in (screen.stack or "")
@@ -204,7 +185,12 @@ async def test_readonly_detail_reads_proc_but_never_attaches_py_spy(monkeypatch:
 async def test_a_replay_is_read_only_even_if_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its pids are the recorded machine's: k must never signal whatever has that pid here now."""
     sent: list[object] = []
-    monkeypatch.setattr("gputui.actions.signals.send", lambda *args: sent.append(args) or [])
+
+    def send(*args: object) -> list[object]:
+        sent.append(args)
+        return []
+
+    monkeypatch.setattr("gputui.actions.signals.send", send)
     app = GpuTuiApp(
         ReplaySampler(_recording({}), devices_dir=Path("/nonexistent")), interval=30.0, replay=True
     )

@@ -11,9 +11,10 @@ from pathlib import Path
 from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import Snapshot
 from gputui.ui.app import GpuTuiApp
+from tests.helpers import until
 from tests.ui import world
 from tests.ui.conftest import first_frame
-from tests.ui.test_app_state import drawn, until
+from tests.ui.test_app_state import drawn
 
 
 class SlowSampler(ReplaySampler):

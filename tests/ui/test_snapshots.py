@@ -12,7 +12,10 @@ import pytest
 from textual.app import App
 from textual.pilot import Pilot
 
+from gputui.model import Snapshot
+from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.detail import DetailScreen
+from tests.helpers import until
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
 
@@ -26,39 +29,32 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _snap(
-    snap_compare,
+    snap_compare: Callable[..., bool],  # pytest-textual-snapshot's fixture
     size: tuple[int, int],
     *keys: str,
     gpus: int = 4,
     workers: int = 2,
-    app=None,
-    **world_options,
-) -> bool:  # type: ignore[no-untyped-def]
-    app = app or make_app(gpus=gpus, unaccounted=True, workers=workers, **world_options)
+    app: GpuTuiApp | None = None,
+    **world_options: Any,
+) -> bool:
+    shot = app or make_app(gpus=gpus, unaccounted=True, workers=workers, **world_options)
 
-    async def run_before(pilot: Pilot) -> None:
-        await press(pilot, app, *keys)
+    async def run_before(pilot: Pilot[int]) -> None:
+        await press(pilot, shot, *keys)
 
-    return snap_compare(app, terminal_size=size, run_before=run_before)
+    return snap_compare(shot, terminal_size=size, run_before=run_before)
 
 
-async def press(pilot: Pilot, app: App[Any], *keys: str) -> None:
+async def press(pilot: Pilot[int], app: GpuTuiApp, *keys: str) -> None:
     """The first frame, then `keys`, then what they started is drawn."""
     await first_frame(pilot, app)
     for key in keys:
         await pilot.press(key)
         await pilot.pause()
     if isinstance(app.screen, DetailScreen):  # its worker reads /proc: what it read is in the picture
-        await until(pilot, lambda: detail_shown(app), "the detail's worker to show what it read")
+        await until(pilot, lambda: detail_shown(app), 10.0, "the detail's worker to show what it read")
     for _ in range(3):
         await pilot.pause(0.05)
-
-
-async def until(pilot: Pilot, cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        await pilot.pause(0.02)
 
 
 def detail_shown(app: App[Any]) -> bool:
@@ -104,7 +100,7 @@ def test_wide_and_combining_characters_keep_the_columns(snap_compare) -> None:  
     replay = app.sampler
     assert isinstance(replay, ReplaySampler)
 
-    def wide(snap):  # type: ignore[no-untyped-def]
+    def wide(snap: Snapshot) -> Snapshot:
         rows = tuple(
             dataclasses.replace(r, command=WIDE_COMMAND, user="山田太郎") if r.pid == world.WEIRD_PID else r
             for r in snap.processes
@@ -131,9 +127,8 @@ def test_detail(snap_compare, monkeypatch: pytest.MonkeyPatch) -> None:  # type:
 
 async def test_the_detail_is_pictured_once_its_worker_has_read_proc(monkeypatch: pytest.MonkeyPatch) -> None:
     """A slow /proc (a loaded machine): the picture waited a fixed 0.15 s and caught "reading /proc …"."""
+    from gputui.collect.procs.join import describe  # what the detail screen calls (as screens.describe)
     from gputui.ui.screens import detail as screens
-
-    describe = screens.describe
 
     def slow(*args: Any) -> Any:
         time.sleep(0.5)
@@ -168,7 +163,7 @@ def test_allocator_panel(snap_compare) -> None:  # type: ignore[no-untyped-def]
     report = parse(4101, reply)
     replay.snapshots = [dataclasses.replace(s, agents={4101: report}) for s in replay.snapshots]
 
-    async def run_before(pilot: Pilot) -> None:
+    async def run_before(pilot: Pilot[int]) -> None:
         await first_frame(pilot, app)
         await pilot.press("a")
         for _ in range(3):

@@ -12,10 +12,11 @@ from textual.app import App, ComposeResult
 
 from gputui.actions.kill_plan import describe_outcomes
 from gputui.actions.signals import Outcome, Target
+from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import Owner
 from gputui.ui.widgets.command_fit import squeeze, telling_words
 from gputui.ui.widgets.status import StatusLine
-from tests.ui import everyday
+from tests.ui import everyday, world
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import body, header_line, lines
 from tests.ui.test_dips_ui import events_text
@@ -67,7 +68,7 @@ async def shown(size: tuple[int, int], *keys: str) -> tuple[list[str], list[str]
 async def test_at_120_columns_every_rank_shows_its_local_rank_and_ok_is_blank() -> None:
     table, _, _ = await shown((120, 40))
     for gpu in range(everyday.GPUS):
-        row = next(line for line in table if f" {everyday.world.trainer_pid(gpu)} " in line)
+        row = next(line for line in table if f" {world.trainer_pid(gpu)} " in line)
         assert f"--local-rank {gpu}" in row, row
         assert " ok " not in row
     header = table[0]
@@ -113,7 +114,8 @@ async def test_the_jobs_view_says_a_long_job_name_in_full() -> None:
     snaps = everyday.snapshots()
     snaps = [replace(s, processes=tuple(replace(p, owner=owner) for p in s.processes)) for s in snaps]
     app = everyday.app()
-    app.sampler.snapshots[:] = snaps[everyday.HISTORY :]  # type: ignore[union-attr]
+    assert isinstance(app.sampler, ReplaySampler)
+    app.sampler.snapshots[:] = snaps[everyday.HISTORY :]
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
         await pilot.press("J")

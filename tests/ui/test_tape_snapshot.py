@@ -74,7 +74,7 @@ def tape_app(tape: Path, monkeypatch: pytest.MonkeyPatch) -> GpuTuiApp:
 def test_a_tape_at_120x40(tape: Path, monkeypatch: pytest.MonkeyPatch, snap_compare) -> None:  # type: ignore[no-untyped-def]
     app = tape_app(tape, monkeypatch)
 
-    async def run_before(pilot: Pilot) -> None:
+    async def run_before(pilot: Pilot[int]) -> None:
         await first_frame(pilot, app)
         await pilot.pause(0.05)
 

@@ -19,18 +19,12 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
+from tests.helpers import wait_until as _wait_until
+from tests.processes import describe as _describe
 from tests.ui.pty_run import PtyRun
-from tests.ui.terminal import (
-    WORKERS,
-    DemoProcs,
-    Tmux,
-    _describe,
-    _exited,
-    _gputui_cmd,
-    _gputui_in_pane,
-    _wait_until,
-    needs_tmux,
-)
+from tests.ui.terminal import WORKERS, DemoProcs, Tmux, _exited, _gputui_cmd, _gputui_in_pane, needs_tmux
+
+pytestmark = pytest.mark.terminal
 
 
 @contextlib.contextmanager

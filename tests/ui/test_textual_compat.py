@@ -9,8 +9,10 @@ from rich.console import Console
 from rich.control import Control
 from rich.segment import Segment
 from textual.app import App, ComposeResult, ScreenStackError
+from textual.geometry import Region
 from textual.screen import ModalScreen
 from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Static
 
 from gputui.ui import _textual_compat
@@ -149,3 +151,44 @@ async def test_upstream_keeps_the_crash_in_a_private_attribute() -> None:
     assert app.return_code == 1 and app.return_value is None
     error = _textual_compat.unhandled_exception(app)
     assert isinstance(error, RuntimeError) and str(error) == "boom"
+
+
+# -- 5. the dirty regions of a widget that draws its own lines ------------------------------------
+
+
+class _OwnLines(Widget):
+    """Draws its lines itself, as gputui's Canvas does: Widget.render_line is never called."""
+
+    def render_line(self, y: int) -> Strip:
+        return Strip.blank(self.size.width)
+
+
+class _OwnLinesApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield _OwnLines()
+
+
+async def test_upstream_refresh_still_keeps_regions_a_custom_render_line_never_clears() -> None:
+    """Textual 8.2.8: refresh(*regions) adds them to Widget._dirty_regions, and a repaint through a custom
+    render_line leaves them there."""
+    app = _OwnLinesApp()
+    async with app.run_test(size=(20, 4)) as pilot:
+        widget = app.query_one(_OwnLines)
+        await pilot.pause()
+        widget._dirty_regions.clear()
+        for x in range(3):
+            widget.refresh(Region(x, 0, 1, 1))
+        await pilot.pause()  # the repaint
+        assert {Region(x, 0, 1, 1) for x in range(3)} <= widget._dirty_regions
+
+
+async def test_forget_dirty_regions_empties_them_and_leaves_the_repaint_alone() -> None:
+    app = _OwnLinesApp()
+    async with app.run_test(size=(20, 4)) as pilot:
+        widget = app.query_one(_OwnLines)
+        await pilot.pause()
+        widget.refresh(Region(1, 0, 1, 1))
+        _textual_compat.forget_dirty_regions(widget)
+        assert not widget._dirty_regions
+        assert Region(1, 0, 1, 1) in widget._repaint_regions  # still painted
+    _textual_compat.forget_dirty_regions(Static())  # a widget never mounted: nothing to do

@@ -10,6 +10,7 @@ from textual import events
 from textual.pilot import Pilot
 
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.kill_flow import KillFlow
 from gputui.ui.screens.detail import DetailScreen, GpuChooser
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
@@ -25,7 +26,7 @@ def type_fast(app: GpuTuiApp, *keys: str) -> None:
         app._driver.send_message(events.Key(key, KEY_CHARS.get(key, key if len(key) == 1 else None)))
 
 
-async def _settle(pilot: Pilot, app: GpuTuiApp) -> None:
+async def _settle(pilot: Pilot[int], app: GpuTuiApp) -> None:
     for _ in range(10):
         await pilot.pause(0.02)
     assert app.is_running, "the app ended"
@@ -84,7 +85,7 @@ async def test_the_kill_dialog_confirmed_twice_signals_once(monkeypatch: pytest.
     from gputui.ui.screens.kill import KillScreen
 
     sent: list[object] = []
-    monkeypatch.setattr(GpuTuiApp, "_send", lambda self, request: sent.append(request))
+    monkeypatch.setattr(KillFlow, "send", lambda self, request: sent.append(request))
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)

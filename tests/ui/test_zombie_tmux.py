@@ -15,16 +15,13 @@ import sys
 from collections.abc import Iterator
 
 import psutil
+import pytest
 
-from tests.ui.terminal import (
-    DemoProcs,
-    Tmux,
-    _describe,
-    _exited,
-    _gputui_in_pane,
-    _wait_until,
-    needs_tmux,
-)
+from tests.helpers import wait_until as _wait_until
+from tests.processes import describe as _describe
+from tests.ui.terminal import DemoProcs, Tmux, _exited, _gputui_in_pane, needs_tmux
+
+pytestmark = pytest.mark.terminal
 
 GPUS = 2
 WIDTH, HEIGHT = 120, 40

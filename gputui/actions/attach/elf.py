@@ -73,7 +73,7 @@ _CACHE: dict[tuple[object, ...], Symbols | None] = {}
 CACHE_SIZE = 64
 
 
-def _read(fd: int, wanted: frozenset[str], values: frozenset[str]) -> Symbols | None:
+def _read(fd: int, wanted: frozenset[str], values: frozenset[str]) -> Symbols | None:  # noqa: C901
     ident = os.pread(fd, 16, 0)
     if len(ident) < 16 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) or ident[5] not in (1, 2):
         return None

@@ -1,2 +1,2 @@
 """Processes: the join of NVML with psutil, /proc reading, device-file holders, owners (container, pod,
-SLURM job), stacks."""
+SLURM job)."""

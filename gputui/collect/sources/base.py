@@ -33,6 +33,16 @@ class Reading:
     gpm_note: str | None = None  # why GPM is not armed where a GPU could serve it (see Snapshot.gpm_note)
 
 
+class Named(Protocol):
+    """What a sampler's user reads of its source: its name and where its device files live."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def devices_dir(self) -> Path: ...
+
+
 class GpuSource(Protocol):
     name: str  # "nvml" or "demo"
     devices_dir: Path  # where the nvidia device files live (/dev, or the demo's stand-ins)

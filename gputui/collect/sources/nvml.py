@@ -43,7 +43,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pynvml
 
@@ -188,11 +188,23 @@ def _from_milli(value: float | None) -> float | None:
     return value / 1000 if value is not None else None
 
 
+class _Value(Protocol):
+    """pynvml's c_nvmlValue_t (a ctypes union; pynvml has no annotations): what each member reads as."""
+
+    dVal: float
+    uiVal: int
+    ulVal: int
+    ullVal: int
+    sllVal: int
+    siVal: int
+    usVal: int
+
+
 def _field_value(fv: Any) -> float | int | None:
     if fv.nvmlReturn != pynvml.NVML_SUCCESS:
         return None
     kind = fv.valueType
-    v = fv.value
+    v: _Value = fv.value
     if kind == pynvml.NVML_VALUE_TYPE_DOUBLE:
         return v.dVal
     if kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:

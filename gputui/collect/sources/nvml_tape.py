@@ -621,7 +621,7 @@ class Player:
                 where = f" ({_one_line(fn, 80)})" if isinstance(fn, str) else ""
                 raise ValueError(f"tape: calls[{i}]{where}: {_one_line(err)}") from None
 
-    def _load_call(self, call: Any) -> None:
+    def _load_call(self, call: Any) -> None:  # noqa: C901
         if not isinstance(call, dict):
             raise ValueError(f"an object expected, not {type(call).__name__}")
         if "mark" in call:
@@ -853,6 +853,13 @@ def _outcome(entry: dict[str, Any] | None) -> Any:
     return entry["result"]
 
 
+# The codes a C function answers, typed once (pynvml has no annotations)
+_SUCCESS: int = pynvml.NVML_SUCCESS
+_NOT_SUPPORTED: int = pynvml.NVML_ERROR_NOT_SUPPORTED
+_INVALID_ARGUMENT: int = pynvml.NVML_ERROR_INVALID_ARGUMENT
+_INSUFFICIENT_SIZE: int = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+
+
 class _PlayedCFunction:
     """A process-list C function on replay: NVML's convention against the caller's count and buffer."""
 
@@ -866,37 +873,37 @@ class _PlayedCFunction:
             self._current[slot] = self._player._next(self._symbol, True, (handle,), {})
         entry = self._current[slot]
         if entry is None:
-            return pynvml.NVML_ERROR_NOT_SUPPORTED
+            return _NOT_SUPPORTED
         if "error" in entry:
             return int(entry["error"])
         result = _outcome(entry)  # raises a recorded exception
         if "procs" not in result:
-            return pynvml.NVML_ERROR_NOT_SUPPORTED
+            return _NOT_SUPPORTED
         entries, size = result["procs"]["hex"], result["procs"].get("size")
         count = _count_of(count_ref)
         if count is None:
-            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            return _INVALID_ARGUMENT
         if buf is None:
             count.value = len(entries)
-            return pynvml.NVML_SUCCESS if not entries else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            return _SUCCESS if not entries else _INSUFFICIENT_SIZE
         element: Any = getattr(type(buf), "_type_", None)
         if not isinstance(buf, ctypes.Array) or not hasattr(element, "_fields_"):
-            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            return _INVALID_ARGUMENT
         if size is not None and ctypes.sizeof(element) != size:
             raise ValueError(
                 f"{self._symbol}: the caller's entries are {ctypes.sizeof(element)} bytes, the tape's {size}"
                 " (a different struct version)"
             )
         if count.value > len(buf):
-            return pynvml.NVML_ERROR_INVALID_ARGUMENT  # the driver would write past the buffer
+            return _INVALID_ARGUMENT  # the driver would write past the buffer
         if count.value < len(entries):
             count.value = len(entries)
-            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            return _INSUFFICIENT_SIZE
         with self._player._lock:
             for i, raw in enumerate(entries):
                 buf[i] = self._player._with_pids(element.from_buffer_copy(bytes.fromhex(raw)))
         count.value = len(entries)
-        return pynvml.NVML_SUCCESS
+        return _SUCCESS
 
 
 def _succeed(*args: Any, **kwargs: Any) -> None:

@@ -5,9 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gputui.collect.sources.base import SourceInfo
 from gputui.model import Snapshot
+
+if TYPE_CHECKING:
+    from gputui.analyze.forecast import Split
+    from gputui.collect.agents.client import AgentPoller
 
 
 @dataclass
@@ -20,7 +25,8 @@ class _ReplaySource:
 
 
 class ReplaySampler:
-    """The Sampler's interface over a list of snapshots; the last one repeats once they run out."""
+    """The Sampler's interface (gputui.collect.sampler.Sampling) over a list of snapshots, seekable; the
+    last one repeats once they run out."""
 
     # Seconds between two replayed snapshots: the recording's own spacing, within bounds, so that
     # times that jump (a clock step, a crafted file) neither freeze the replay nor make it spin.
@@ -42,6 +48,7 @@ class ReplaySampler:
         self.info: SourceInfo | None = None
         self.want_relatives = False
         self.position = 0
+        self.agents: AgentPoller | None = None  # a recording's agents are not asked (tests may give one)
 
     def open(self) -> SourceInfo:
         first = self.snapshots[0]
@@ -61,6 +68,14 @@ class ReplaySampler:
     @property
     def played(self) -> list[Snapshot]:
         return self.snapshots[: self.position]
+
+    @property
+    def seekable(self) -> ReplaySampler:
+        return self
+
+    def memory_split(self, pid: int, create_time: float | None) -> Split | None:
+        """A recording keeps no allocated/reserved series (its memory history is the app's own)."""
+        return None
 
     def close(self) -> None:
         pass

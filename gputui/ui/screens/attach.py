@@ -12,7 +12,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from gputui.cells import cut
-from gputui.ui.screens.detail import MODAL_CSS, Modal
+from gputui.ui.screens.detail import Modal
+from gputui.ui.styles import tcss
 from gputui.units import printable
 
 
@@ -31,13 +32,7 @@ class CommandLine(Static):
 class AttachScreen(Modal[bool]):
     """Dismissed with True to attach, False to leave the process alone."""
 
-    DEFAULT_CSS = (
-        MODAL_CSS
-        + """
-    AttachScreen CommandLine { height: 1; margin-top: 1; }
-    AttachScreen #attach-keys { margin-top: 1; }
-    """
-    )
+    DEFAULT_CSS = tcss("Modal", "AttachScreen")
     BINDINGS = [
         Binding("a,enter", "attach", "Attach"),
         Binding("escape,n", "cancel", "Cancel"),

@@ -10,40 +10,18 @@ from textual.containers import Vertical
 from textual.widgets import SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from gputui.ui.screens.detail import MODAL_CSS, Modal
-from gputui.ui.widgets.process_rows import COLUMNS
+from gputui.ui.screens.detail import Modal
+from gputui.ui.styles import tcss
+from gputui.ui.widgets.process_columns import COLUMNS, ColumnKey
 from gputui.ui.widgets.process_table import ALWAYS_SHOWN
 
-# What each column means, for the user deciding whether to hide it.
-MEANING = {
-    "gpu": "GPU index",
-    "user": "the process's user",
-    "kinds": "C compute, G graphics (NVML's lists)",
-    "gpu_mem": "GPU memory the process uses (~4.8 GiB?: an estimate)",
-    "sm": "SM utilization: share of time a kernel ran",
-    "bw": "memory bandwidth utilization",
-    "cpu": "CPU, % of one core",
-    "rss": "resident host memory",
-    "time": "how long it has been running",
-    "category": "defunct, orphan, unseen ... (blank: ok; z explains)",
-    "state": "running, sleeping, zombie, stopped, disk wait",
-    "job": "its container, pod or SLURM job (when any process has one)",
-}
 CHOOSABLE = tuple(c for c in COLUMNS if c.key not in ALWAYS_SHOWN)
 
 
 class ColumnsScreen(Modal[frozenset[str]]):
     """Space (or Enter, or a click) shows or hides a column; Esc or `c` closes with the new choice."""
 
-    DEFAULT_CSS = (
-        MODAL_CSS
-        + """
-    ColumnsScreen > Vertical {
-        width: 64; height: auto; border: round $accent; background: $surface; padding: 0 1;
-    }
-    ColumnsScreen SelectionList { height: auto; border: none; padding: 0; }
-    """
-    )
+    DEFAULT_CSS = tcss("Modal", "ColumnsScreen")
     BINDINGS = [Binding("escape,c,q", "close", "Close")]
 
     def __init__(self, hidden: frozenset[str]) -> None:
@@ -52,13 +30,13 @@ class ColumnsScreen(Modal[frozenset[str]]):
 
     def compose(self) -> ComposeResult:
         choices = [
-            Selection(Text.assemble((f"{c.label:<8}", "bold"), MEANING[c.key]), c.key, initial_state=shown)
+            Selection(Text.assemble((f"{c.label:<8}", "bold"), c.meaning), c.key, initial_state=shown)
             for c in CHOOSABLE
             for shown in [c.key not in self.hidden]
         ]
         with Vertical():
             yield Static(Text("Columns of the process table", style="bold"), markup=False)
-            yield SelectionList[str](*choices, id="columns")
+            yield SelectionList[ColumnKey](*choices, id="columns")
             note = "space shows / hides · Esc closes · PID and COMMAND always show"
             yield Static(Text(note, style="dim"), markup=False)
 

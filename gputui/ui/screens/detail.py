@@ -22,11 +22,11 @@ from textual.containers import VerticalScroll
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from gputui.actions.stacks import is_python, py_spy_dump
 from gputui.analyze.classify import Leftover, estimated
 from gputui.analyze.dip_causes import gpm_findings, gpm_of, gpm_reading
 from gputui.analyze.forecast import GROWTH_MIN, WINDOW_S, MemorySeries, Split, growth_text, rate_text
 from gputui.collect.procs.join import MAX_ENVIRON, TRAINING_NAMES, TRAINING_PREFIXES, describe
-from gputui.collect.procs.stacks import is_python, py_spy_dump
 from gputui.model import (
     GPM_RATES,
     GPM_RATIOS,
@@ -39,16 +39,11 @@ from gputui.model import (
 )
 from gputui.output.oneshot import GPM_LABELS, GPM_MEANINGS, gpm_value
 from gputui.ui._textual_compat import DismissOnce
+from gputui.ui.styles import tcss
 from gputui.ui.widgets import spark
 from gputui.units import NA, fmt_bytes, fmt_pct, printable
 
-MODAL_CSS = """
-ModalScreen { align: center middle; }
-ModalScreen > VerticalScroll, ModalScreen > OptionList {
-    width: 90%; max-width: 110; height: auto; max-height: 90%;
-    border: round $accent; background: $surface; padding: 0 1;
-}
-"""
+MODAL_CSS = tcss("Modal")  # every modal screen's (gputui.tcss)
 
 
 # A modal screen that closes once (see _textual_compat: Textual's dismiss() pops whatever is on top).

@@ -7,10 +7,12 @@ import time
 
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.reactive import var
 from textual.screen import Screen
 
 from gputui.cells import pad
 from gputui.export.fleet import FleetHost, FleetView, HostDetail
+from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import CellCanvas, Line
 from gputui.ui.widgets.fleet_table import MIB, add_spark, mem_text, state_text
 from gputui.ui.widgets.key_bar import KeyBar
@@ -27,7 +29,7 @@ def window_label(seconds: float) -> str:
 class HostView(CellCanvas, can_focus=True):
     """One host: its GPUs with utilization and memory over the window, its processes, zombies, agents."""
 
-    DEFAULT_CSS = "HostView { height: 1fr; }"
+    DEFAULT_CSS = tcss("HostView")
     BINDINGS = [
         Binding("up", "scroll(-1)", show=False),
         Binding("down", "scroll(1)", show=False),
@@ -35,12 +37,21 @@ class HostView(CellCanvas, can_focus=True):
         Binding("pagedown", "scroll(10)", show=False),
     ]
 
+    # Setting either redraws (the watchers): no caller has to. `view` redraws even when equal: the
+    # states' ages ("stale 42s") move with the clock.
+    view: var[FleetView | None] = var(None, always_update=True, init=False)
+    first_line: var[int] = var(0, init=False)  # the scroll position
+
     def __init__(self, name: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.host_name = name
-        self.view: FleetView | None = None
-        self.first_line = 0
         self.palette = Palette.default()
+
+    def watch_view(self) -> None:
+        self.redraw()
+
+    def watch_first_line(self) -> None:
+        self.redraw()
 
     @property
     def host(self) -> FleetHost | None:
@@ -49,11 +60,11 @@ class HostView(CellCanvas, can_focus=True):
 
     def action_scroll(self, delta: int) -> None:
         self.first_line = max(0, self.first_line + delta)
-        self.redraw()
 
     def build(self, width: int) -> list[Line]:
         lines = self._content(width)
-        self.first_line = min(self.first_line, max(0, len(lines) - self.size.height))
+        # Kept within the content without a watcher: this runs inside redraw().
+        self.set_reactive(HostView.first_line, min(self.first_line, max(0, len(lines) - self.size.height)))
         return lines[self.first_line :]
 
     def _content(self, width: int) -> list[Line]:
@@ -210,5 +221,4 @@ class HostScreen(Screen[None]):
         self.host_view.focus()
 
     def show(self, view: FleetView) -> None:
-        self.host_view.view = view
-        self.host_view.redraw()
+        self.host_view.view = view  # its watcher redraws it

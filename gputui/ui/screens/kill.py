@@ -32,7 +32,8 @@ from gputui.actions.signals import Target
 from gputui.analyze.classify import estimated
 from gputui.cells import pad, width
 from gputui.model import HostProcess, ProcessRow, Snapshot
-from gputui.ui.screens.detail import MODAL_CSS, Modal
+from gputui.ui.screens.detail import Modal
+from gputui.ui.styles import tcss
 from gputui.ui.widgets.dip_groups import compact_gpus
 from gputui.ui.widgets.process_rows import NO_JOB, UNACCOUNTED, TableRow
 from gputui.ui.widgets.wrap import wrap_cells
@@ -328,15 +329,7 @@ def children_note(plan: KillPlan, include_children: bool | None = None) -> str:
 
 
 class KillScreen(Modal[KillRequest | None]):
-    DEFAULT_CSS = (
-        MODAL_CSS
-        + """
-    KillScreen #kill-buttons { dock: bottom; height: auto; margin-top: 1; }
-    KillScreen Button { margin-right: 2; }
-    KillScreen RadioSet, KillScreen Checkbox { width: auto; margin-top: 1; }
-    KillScreen EntryList { width: 100%; margin-top: 1; }
-    """
-    )
+    DEFAULT_CSS = tcss("Modal", "KillScreen")
     BINDINGS = [
         Binding("escape,n", "cancel", "Cancel"),
         Binding("y", "send", "Send"),

@@ -7,9 +7,10 @@ that changes three digits sends three digits.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
-from itertools import groupby, repeat
-from operator import itemgetter
+from itertools import compress, count, groupby, repeat
+from operator import itemgetter, ne
 from typing import TYPE_CHECKING
 
 from rich.segment import Segment
@@ -19,6 +20,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gputui.cells import width as cells_of
+from gputui.ui._textual_compat import forget_dirty_regions
 from gputui.units import printable
 
 if TYPE_CHECKING:
@@ -38,14 +40,22 @@ def _combine(base: Style, style: Style | None) -> Style:
 # The one empty style: cells compare by identity first, so a new Style() per cell would make unchanged
 # lines compare unequal cell by cell in Python.
 PLAIN = Style()
-_GAP = 6  # unchanged cells that split one dirty span into two
+# Two changes on a line are sent as one span when re-sending the unchanged cells between them costs
+# fewer bytes than a cursor move (ESC[row;colH) to the second: the cells' text, and a colour code
+# (~11 bytes, ESC[38;5;246m) at each change of style among them. So `SM 93% TC 59%` with both numbers
+# changed sends `93`, a move, `59`: not `% TC ` and two colour changes between them.
+_MOVE_BYTES = 8
+_STYLE_BYTES = 11
 # Characters Rich measures and splits without a cache (ASCII, Latin, box drawing and blocks). A
 # segment with any other character (an ellipsis, a warning sign) is split through Rich's 16,384-entry
 # cache of split results; a line whose numbers change every tick would add an entry per tick and grow
 # memory for hours (`make soak`). So those characters get segments of their own.
-_FAST = frozenset(
-    map(chr, [*range(0x20, 0x7F), *range(0xA0, 0xAD), *range(0xAE, 0x300), *range(0x2500, 0x25FD)])
-)
+_FAST = "\x20-\x7e\xa0-\xac\xae-\u02ff\u2500-\u25fc"  # a regular expression's character ranges
+_SLOW = re.compile(f"[^{_FAST}]")
+# Not one cell wide, or not known to be: neither _FAST's nor a mark the widgets draw. (Expressions, not
+# sets of ~1,000 one-character strings: those took ~170 KiB of the resident memory.)
+_MARKS = "…⚠✖→←↑↓—"  # one cell each (tests/ui/test_canvas.py)
+_NOT_ONE_CELL = re.compile(f"[^{_FAST}{_MARKS}]")
 
 
 @lru_cache(maxsize=256)
@@ -58,15 +68,15 @@ def _ink_only(style: Style) -> bool:
 
 
 def _segments(text: str, style: Style) -> list[Segment]:
-    if _FAST.issuperset(text):
+    if not _SLOW.search(text):
         return [Segment(text, style)]
     out, start = [], 0
-    for i, ch in enumerate(text):
-        if ch not in _FAST:
-            if start < i:
-                out.append(Segment(text[start:i], style))
-            out.append(Segment(ch, style))
-            start = i + 1
+    for match in _SLOW.finditer(text):
+        i = match.start()
+        if start < i:
+            out.append(Segment(text[start:i], style))
+        out.append(Segment(text[i], style))
+        start = i + 1
     if start < len(text):
         out.append(Segment(text[start:], style))
     return out
@@ -87,7 +97,8 @@ class Line:
             # Spaces look the same in any ink: in the run before them, they cost no colour codes of their
             # own (a gap between two values that change every tick is ~25 bytes less on the wire).
             style = cells[-1][1]
-        if text.isascii():  # nearly every call, every frame: one cell per character, in C
+        # Nearly every call, every frame: one cell per character, in C.
+        if text.isascii() or not _NOT_ONE_CELL.search(text):
             self.cells.extend(zip(text, repeat(style)))
         else:
             self._add_wide(text, style)
@@ -124,22 +135,36 @@ class Line:
 
 
 def changed_spans(old: list[Cell], new: list[Cell]) -> list[tuple[int, int]]:
-    """[start, end) spans where the two lines differ; spans closer than _GAP are merged."""
+    """[start, end) spans where the two lines differ; two spans are one where the cells between them cost
+    fewer bytes than a cursor move (see _MOVE_BYTES)."""
     spans: list[tuple[int, int]] = []
     start = last = -1
-    for x, (a, b) in enumerate(zip(old, new, strict=False)):
-        if a != b:
-            if start < 0:
-                start = x
-            elif x - last > _GAP:
-                spans.append((start, last + 1))
-                start = x
-            last = x
+    # The columns that differ, found in C (a changed line is mostly unchanged cells): Python then walks
+    # only those.
+    for x in compress(count(), map(ne, old, new)):
+        if start < 0:
+            start = x
+        elif x - last > _MOVE_BYTES or _gap_bytes(new, last, x) >= _MOVE_BYTES:
+            spans.append((start, last + 1))
+            start = x
+        last = x
     if start >= 0:
         spans.append((start, last + 1))
     if len(old) != len(new):
         spans.append((min(len(old), len(new)), max(len(old), len(new))))
     return [_whole_characters(span, old, new) for span in spans]
+
+
+def _gap_bytes(line: list[Cell], last: int, x: int) -> int:
+    """What re-sending the unchanged cells last+1..x-1 costs: their text, and a style code at each change
+    of style from the changed cell `last` through them to the changed cell `x`."""
+    cost, style = 0, line[last][1]
+    for text, next_style in line[last + 1 : x + 1]:
+        if next_style != style:
+            cost += _STYLE_BYTES
+            style = next_style
+        cost += len(text.encode())
+    return cost - len(line[x][0].encode())  # (cell x itself is sent either way)
 
 
 def _whole_characters(span: tuple[int, int], old: list[Cell], new: list[Cell]) -> tuple[int, int]:
@@ -186,24 +211,26 @@ class CellCanvas(Widget):
         if width <= 0:
             return
         new = [line.fit(width) for line in self.build(width)]
-        if width != self._width or len(new) != len(self._lines):
+        if width != self._width:
             self._width, self._lines, self._base = width, new, None
             self.refresh()
             return
+        # A line not built is drawn blank (render_line): a row more or less in a table repaints the lines
+        # that changed, not the widget.
+        blank = [(" ", PLAIN)] * width
+        olds = self._lines + [blank] * (len(new) - len(self._lines))
         # An unchanged line is the common case: one comparison in C, not a loop over its cells.
         regions = [
             Region(x0, y, x1 - x0, 1)
-            for y, (old, line) in enumerate(zip(self._lines, new, strict=True))
+            for y, (old, line) in enumerate(zip(olds, new + [blank] * (len(olds) - len(new)), strict=True))
             if old != line
             for x0, x1 in changed_spans(old, line)
         ]
         self._lines = new
         if regions:
             self.refresh(*regions)
-            # Textual also records the regions in _dirty_regions, which only its own render_line ever
-            # clears; this widget draws its lines itself, so the set would grow for as long as the app
-            # runs (`make soak` measured ~100 MiB/h at 4 Hz). The repaint itself uses _repaint_regions.
-            self._dirty_regions.clear()
+            # Textual also keeps the regions in a set only its own render_line empties (_textual_compat 5)
+            forget_dirty_regions(self)
 
     def on_resize(self) -> None:
         self.redraw()

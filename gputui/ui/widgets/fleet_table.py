@@ -11,6 +11,7 @@ from textual.message import Message
 
 from gputui.cells import pad
 from gputui.export.fleet import FleetHost, spark_cells
+from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import PLAIN, Line
 from gputui.ui.widgets.cursor_table import CursorTable
 from gputui.ui.widgets.palette import Palette
@@ -85,7 +86,7 @@ def mem_text(host: FleetHost) -> str:
 
 
 class FleetTable(CursorTable):
-    DEFAULT_CSS = "FleetTable { height: 1fr; }"
+    DEFAULT_CSS = tcss("FleetTable")
 
     class SortClicked(Message):
         def __init__(self, sort: str) -> None:

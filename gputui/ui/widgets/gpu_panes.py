@@ -33,6 +33,7 @@ from gputui.analyze.dips import SIGNAL_GRACE
 from gputui.analyze.health import ERROR, problems
 from gputui.analyze.history import History
 from gputui.model import GpuSample, MigInstance, Snapshot, XidEvent
+from gputui.ui.styles import tcss
 from gputui.ui.widgets import layout as layouts
 from gputui.ui.widgets.canvas import Cell, CellCanvas, Line
 from gputui.ui.widgets.layout import AUTO, LABEL, LINE_SCALE, Field, GpuLayout, Segment, fit_fields
@@ -174,7 +175,7 @@ def throttle_variants(g: GpuSample) -> list[str]:
 
 
 class GpuPanes(CellCanvas):
-    DEFAULT_CSS = "GpuPanes { height: auto; }"
+    DEFAULT_CSS = tcss("GpuPanes")
 
     def __init__(self, history: History, *, id: str | None = None) -> None:
         super().__init__(id=id)

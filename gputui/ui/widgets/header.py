@@ -7,6 +7,7 @@ import time
 
 from gputui import cells
 from gputui.model import HostStats, Snapshot
+from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import CellCanvas, Line
 from gputui.ui.widgets.layout import Field, fit_fields
 from gputui.ui.widgets.palette import Palette
@@ -17,7 +18,7 @@ HOST_EVERY_S = 2.0  # the host line changes at most this often (htop: 1.5 s): ea
 
 
 class HeaderBar(CellCanvas):
-    DEFAULT_CSS = f"HeaderBar {{ height: {HEADER_LINES}; }}"
+    DEFAULT_CSS = tcss("HeaderBar")  # HEADER_LINES high
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)

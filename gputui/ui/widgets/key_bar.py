@@ -11,16 +11,12 @@ from textual import events
 from textual.screen import Screen
 
 from gputui.cells import width as cells
+from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import CellCanvas, Line
 
 
 class KeyBar(CellCanvas):
-    DEFAULT_CSS = """
-    KeyBar { dock: bottom; height: 1; background: $footer-background; }
-    KeyBar > .key-bar--key { color: $footer-key-foreground; text-style: bold; }
-    KeyBar > .key-bar--description { color: $footer-description-foreground; }
-    KeyBar > .key-bar--disabled { color: $footer-description-foreground 50%; }
-    """
+    DEFAULT_CSS = tcss("KeyBar")
     COMPONENT_CLASSES = {"key-bar--key", "key-bar--description", "key-bar--disabled"}
 
     def __init__(self, *, id: str | None = None) -> None:

@@ -5,76 +5,40 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final, Literal
 
-from rich.console import JustifyMethod
 from rich.style import Style
 from rich.text import Text
 
-from gputui.analyze.classify import OK, SUSPICIOUS, UNACCOUNTED_MIN, WORKER, Leftover, estimated, leftovers
-from gputui.model import HostProcess, Owner, ProcessRow, Snapshot
+from gputui.analyze.classify import SUSPICIOUS, UNACCOUNTED_MIN, WORKER, Leftover, leftovers
+from gputui.model import HostProcess, ProcessRow, Snapshot
 from gputui.ui.widgets.canvas import PLAIN
-from gputui.ui.widgets.command_line import shorten
-from gputui.ui.widgets.dip_groups import compact_gpus
+from gputui.ui.widgets.process_columns import (
+    BY_KEY,
+    COLUMN_KEYS,
+    COLUMNS,
+    NO_JOB,
+    Column,
+    ColumnKey,
+    JobCells,
+    ProcessCells,
+    RowStyles,
+    Workers,
+    forecast_badge,
+    owner_of,
+    summed,
+)
 from gputui.units import NA, fmt_bytes, fmt_duration, printable
 
-
-@dataclass(frozen=True)
-class Column:
-    key: str
-    label: str
-    width: int
-    sort: Callable[[ProcessRow | HostProcess], Any]
-    descending: bool = False  # the natural direction: biggest first for sizes and loads
-    justify: JustifyMethod = "right"
-
-
-def _gpu_attr(name: str) -> Callable[[ProcessRow | HostProcess], Any]:
-    return lambda p: getattr(p, name, None)
-
-
-def owner_of(p: ProcessRow | HostProcess) -> Owner | None:
-    return getattr(p, "owner", None)
-
-
-def _owner_label(p: ProcessRow | HostProcess) -> str:
-    owner = owner_of(p)
-    return owner.label if owner is not None else ""
-
-
-COLUMNS: tuple[Column, ...] = (
-    Column("gpu", "GPU", 4, _gpu_attr("gpu")),
-    Column("pid", "PID", 7, lambda p: p.pid),
-    Column("user", "USER", 10, lambda p: p.user or "", justify="left"),
-    Column("kinds", "T", 2, _gpu_attr("kinds"), justify="left"),
-    Column("gpu_mem", "GPU MEM", 9, _gpu_attr("used_memory"), descending=True),
-    Column("sm", "SM%", 4, _gpu_attr("sm_util"), descending=True),
-    Column("bw", "BW%", 4, _gpu_attr("mem_util"), descending=True),
-    Column("cpu", "CPU%", 5, lambda p: p.cpu_percent, descending=True),
-    Column("rss", "RSS", 9, lambda p: p.rss, descending=True),
-    Column("time", "TIME", 6, lambda p: p.create_time),  # oldest start first: longest running first
-    Column("category", "CLASS", 11, lambda p: getattr(p, "category", ""), justify="left"),
-    Column("state", "STATE", 8, lambda p: p.state or "", justify="left"),
-    # Shown only when some process has an owner (a container, a pod, a SLURM job): see ProcessTable.
-    Column("job", "JOB", 16, lambda p: _owner_label(p), justify="left"),
-    Column("command", "COMMAND", 400, lambda p: p.command or "", justify="left"),
-)
-COLUMN_KEYS = tuple(c.key for c in COLUMNS)
-BY_KEY = {c.key: c for c in COLUMNS}
-_BAD_STATES = {"zombie": "error", "disk-sleep": "warning", "stopped": "warning", "tracing-stop": "warning"}
-_CATEGORY_STYLES = {
-    "defunct": "error",
-    "orphan": "error",
-    "stuck": "error",
-    "unseen": "warning",
-    "nvml-only": "warning",
-    "no-permission": "dim",
-    "worker": "dim",
-}
-
+# Re-exported from process_columns and classify: the table, the app and the tests read them here.
+__all__ = ["BY_KEY", "COLUMNS", "COLUMN_KEYS", "NO_JOB", "UNACCOUNTED_MIN", "Column", "forecast_badge"]
 
 # What a row stands for.
-PROCESS, JOB, UNACCOUNTED, AGENT_ONLY = "process", "job", "unaccounted", "agent only"
+RowKind = Literal["process", "job", "unaccounted", "agent only"]
+PROCESS: Final = "process"
+JOB: Final = "job"
+UNACCOUNTED: Final = "unaccounted"
+AGENT_ONLY: Final = "agent only"
 NO_GPU = "no-gpu"  # the class of a process that runs the gputui agent and holds no GPU
 
 
@@ -90,7 +54,7 @@ class TableRow:
     rank: str = ""  # a worker shown below its rank: the rank's row key
     lead: int = 0  # characters at the start of COMMAND that stay when it scrolls (fold mark, tree branches)
     members: tuple[ProcessRow, ...] = ()  # a job's row (`J`): its processes, which `k` signals
-    kind: str = PROCESS  # PROCESS, JOB, UNACCOUNTED or AGENT_ONLY
+    kind: RowKind = PROCESS
     # Where the command line starts in the last cell's text (after the lead, a badge or a reason), for
     # the table to squeeze it (see command_fit); -1: the last cell is no command line.
     command_at: int = -1
@@ -112,7 +76,7 @@ class Folding:
 class View:
     """What the user chose to see."""
 
-    sort: str = "gpu"
+    sort: ColumnKey = "gpu"
     reverse: bool = False
     filter: str = ""
     gpu: int | None = None
@@ -171,7 +135,7 @@ def _ordered(
 def build_rows(
     snap: Snapshot,
     view: View,
-    styles: dict[str, Style] | None = None,
+    styles: RowStyles | None = None,
     cache: RowCache | None = None,
     folding: Folding | None = None,
 ) -> list[TableRow]:
@@ -234,11 +198,6 @@ def workers_by_rank(procs: list[ProcessRow]) -> dict[str, list[ProcessRow]]:
     return out
 
 
-def _summed(values: list[float | None]) -> float | None:
-    """The sum, or None when a value is unknown (a first sample's CPU%): a partial sum would read low."""
-    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
-
-
 def _flat_rows(
     procs: list[ProcessRow],
     view: View,
@@ -259,86 +218,31 @@ def _flat_rows(
     return rows
 
 
-NO_JOB = "no job"
-
-
-def _job_rows(procs: list[ProcessRow], view: View, styles: dict[str, Style], now: float) -> list[TableRow]:
+def _job_rows(procs: list[ProcessRow], view: View, styles: RowStyles, now: float) -> list[TableRow]:
     """`J`: one row per job on this machine, its processes' GPUs, GPU memory, CPU and RSS summed (a
     process on two GPUs counts its host numbers once); the processes with no owner are one last row."""
     groups: dict[tuple[str, str], list[ProcessRow]] = {}
     for p in procs:
         key = (p.owner.kind, p.owner.id) if p.owner is not None else ("", "")
         groups.setdefault(key, []).append(p)
-    made = [_job_row(members, styles, now) for members in groups.values()]
+    jobs = [JobCells(tuple(members), styles, now) for members in groups.values()]
     column = BY_KEY.get(view.sort, BY_KEY["gpu"])
-    known = [r for r in made if r[1].get(column.key) is not None]
-    ordered = sorted(known, key=lambda r: r[1][column.key], reverse=column.descending != view.reverse)
-    ordered += [r for r in made if r[1].get(column.key) is None]
+    made = [(_job_row(job), job.value(column)) for job in jobs]
+    known = [r for r in made if r[1] is not None]
+    ordered = sorted(known, key=lambda r: r[1], reverse=column.descending != view.reverse)
+    ordered += [r for r in made if r[1] is None]
     rows = [row for row, _ in ordered]
     return [r for r in rows if r.key != f"job/{NO_JOB}"] + [r for r in rows if r.key == f"job/{NO_JOB}"]
 
 
-def _job_row(
-    members: list[ProcessRow], styles: dict[str, Style], now: float
-) -> tuple[TableRow, dict[str, Any]]:
-    """The row, and the values it sorts by."""
-    owner = members[0].owner
-    once = list({p.pid: p for p in members}.values())  # host numbers once per process
-    gpus = sorted({p.gpu for p in members if p.gpu is not None})
-    memory = [p.used_memory for p in members if p.used_memory is not None]
-    sm = [p.sm_util for p in members if p.sm_util is not None]
-    users = sorted({p.user for p in once if p.user})
-    started = min((p.create_time for p in once if p.create_time), default=None)
-    suspicious = sorted({p.category for p in members if p.category in SUSPICIOUS})
-    values: dict[str, Any] = {
-        "gpu": gpus[0] if gpus else None,
-        "pid": len(once),
-        "user": (owner.user if owner and owner.user else ",".join(users)) or None,
-        "gpu_mem": sum(memory) if memory else None,
-        "sm": round(sum(sm) / len(sm)) if sm else None,
-        "cpu": _summed([p.cpu_percent for p in once]),
-        "rss": _summed([p.rss for p in once]),
-        "time": started,
-        "category": ",".join(suspicious) or None,
-        "job": replace(owner, step=None).label if owner else NO_JOB,  # the job, whatever its steps
-    }
-
-    def cell(key: str, text: str, style: Style | str = "") -> Text:
-        return Text(text, style=style, justify=BY_KEY[key].justify, no_wrap=True, overflow="ellipsis")
-
-    warn = styles.get("error", PLAIN) if suspicious else ""
-    name = f"{owner.name}: " if owner and owner.name else ""
-    cells = tuple(
-        [
-            cell("gpu", compact_gpus(gpus)),
-            cell("pid", f"{len(once)}p"),
-            cell("user", values["user"] or NA),
-            cell("kinds", ""),
-            cell("gpu_mem", fmt_bytes(values["gpu_mem"])),
-            cell("sm", _pct(values["sm"])),
-            cell("bw", ""),
-            cell("cpu", f"{values['cpu']:.1f}" if values["cpu"] is not None else NA),
-            cell("rss", fmt_bytes(values["rss"])),
-            cell("time", fmt_duration(now - started) if started else NA),
-            cell("category", values["category"] or "", warn),  # nothing for ok: it is the usual
-            cell("state", ""),
-            cell("job", values["job"]),
-            Text(
-                printable(  # JOB says whose: the name and what it runs here
-                    f"{name}{len(once)} process{'es' if len(once) > 1 else ''}"
-                    + (f" on GPU {compact_gpus(gpus)}" if gpus else "")
-                    + ("" if owner else " with no container, pod or SLURM job")
-                ),
-                no_wrap=True,
-            ),
-        ]
-    )
+def _job_row(job: JobCells) -> TableRow:
+    owner = job.owner
+    cells = tuple(column.job_cell(job) for column in COLUMNS)
     key = f"job/{owner.kind}/{owner.id}" if owner else f"job/{NO_JOB}"
-    row = TableRow(key, 0, None, None, cells, members=tuple(members), kind=JOB)
-    return row, values
+    return TableRow(key, 0, None, None, cells, members=job.members, kind=JOB)
 
 
-def _unaccounted_rows(found: dict[int, Leftover], view: View, styles: dict[str, Style]) -> list[TableRow]:
+def _unaccounted_rows(found: dict[int, Leftover], view: View, styles: RowStyles) -> list[TableRow]:
     """Per GPU: memory in use that no listed process accounts for, and who likely holds it (see
     classify.Leftover): Enter lists them, `k` offers to signal them."""
     rows = []
@@ -459,20 +363,6 @@ class RowCache:
         self.last, self.now = self.now, {}
 
 
-@dataclass(frozen=True)
-class _Workers:
-    """What a rank's row says of its workers."""
-
-    pids: tuple[int, ...]
-    folded: bool
-    cpu: float | None  # the rank's CPU% and RSS with its folded workers' summed in
-    rss: float | None
-
-    @property
-    def mark(self) -> str:
-        return f"{'+' if self.folded else '-'}{len(self.pids)} "
-
-
 class _RowMaker:
     """Rows of one build: each from the cache when nothing it shows has changed."""
 
@@ -480,7 +370,7 @@ class _RowMaker:
         self,
         snap: Snapshot,
         view: View,
-        styles: dict[str, Style],
+        styles: RowStyles,
         cache: RowCache,
         workers: dict[str, list[ProcessRow]],
         folding: Folding,
@@ -495,24 +385,24 @@ class _RowMaker:
             if left.share is not None
             for p in left.holders
         }
-        self.workers: dict[str, _Workers] = {}
+        self.workers: dict[str, Workers] = {}
         for rank_key, ws in workers.items():
             # Each pid once (a worker that holds two GPUs is two rows, one process); the rank's own
             # values are added in `of`.
             by_pid = {w.pid: w for w in ws}
-            self.workers[rank_key] = _Workers(
+            self.workers[rank_key] = Workers(
                 tuple(by_pid),
                 not folding.shows_workers_of(rank_key),
-                _summed([w.cpu_percent for w in by_pid.values()]),
-                _summed([w.rss for w in by_pid.values()]),
+                summed([w.cpu_percent for w in by_pid.values()]),
+                summed([w.rss for w in by_pid.values()]),
             )
 
-    def of(self, p: ProcessRow | HostProcess) -> _Workers | None:
+    def of(self, p: ProcessRow | HostProcess) -> Workers | None:
         """`p`'s workers, with `p`'s own CPU% and RSS summed in when they are folded into its row."""
         ws = self.workers.get(row_key(p)) if isinstance(p, ProcessRow) else None
         if ws is None or not ws.folded:
             return ws
-        return replace(ws, cpu=_summed([p.cpu_percent, ws.cpu]), rss=_summed([p.rss, ws.rss]))
+        return replace(ws, cpu=summed([p.cpu_percent, ws.cpu]), rss=summed([p.rss, ws.rss]))
 
     def totals(self, p: ProcessRow | HostProcess) -> tuple[float | None, float | None]:
         ws = self.of(p)
@@ -531,7 +421,10 @@ class _RowMaker:
         share = self.shares.get((p.gpu, p.pid)) if isinstance(p, ProcessRow) and p.gpu is not None else None
         key = (p, run, branch, rank, ws, has_agent, with_reason, self.styles_key, share)
         return self.cache.get(
-            key, lambda: _make_row(p, now, branch, self.styles, has_agent, with_reason, ws, rank, share)
+            key,
+            lambda: _make_row(
+                ProcessCells(p, now, self.styles, has_agent, with_reason, ws, branch, share), rank
+            ),
         )
 
     def agent_row(self, pid: int, host: HostProcess | None) -> TableRow:
@@ -552,132 +445,11 @@ class _RowMaker:
         return TableRow(f"agent/{pid}", pid, None, None, tuple(cells), kind=AGENT_ONLY)
 
 
-def _make_row(
-    p: ProcessRow | HostProcess,
-    now: float,
-    tree_prefix: str,
-    styles: dict[str, Style],
-    has_agent: bool,
-    with_reason: bool,
-    workers: _Workers | None = None,
-    rank: str = "",
-    share: int | None = None,
-) -> TableRow:
-    """`share`: the part of its GPU's unaccounted memory it likely holds (an estimate), if any."""
-    on_gpu = isinstance(p, ProcessRow)
-    dim = styles.get("dim", Style(dim=True))
-    invisible = isinstance(p, ProcessRow) and not p.visible
-    state_style = styles.get(_BAD_STATES.get(p.state or "", ""), PLAIN)
-
-    def cell(text: str, column: str, style: Style | str = "") -> Text:
-        justify = BY_KEY[column].justify
-        return Text(
-            text,
-            style=dim if invisible else style,
-            justify=justify,
-            no_wrap=True,
-            overflow="ellipsis",
-        )
-
-    if isinstance(p, ProcessRow):
-        command = (
-            (shorten(p.command) if p.command else p.command)
-            if p.visible
-            else "(not visible here: another PID namespace, or gone)"
-        )
-        if p.kinds:  # in NVML's lists
-            growing = p.full_in is not None  # ↑: its memory grows toward the GPU's limit (see the badge)
-            nvml = (
-                cell(p.kinds, "kinds"),
-                cell(
-                    fmt_bytes(p.used_memory) + ("↑" if growing else ""),
-                    "gpu_mem",
-                    styles.get("warning", PLAIN) if growing else "",
-                ),
-                cell(_pct(p.sm_util), "sm"),
-                cell(_pct(p.mem_util), "bw"),
-            )
-        else:  # holds a device file only: NVML has nothing to say about it
-            memory = (  # `~4.8 GiB?`: what it likely holds of its GPU's unaccounted memory
-                cell(estimated(share), "gpu_mem", styles.get("warning", PLAIN))
-                if share is not None
-                else cell("-", "gpu_mem")
-            )
-            nvml = (cell("-", "kinds"), memory, cell("-", "sm"), cell("-", "bw"))
-        gpu_cells = (cell(_gpu_text(p), "gpu"), *nvml)
-        category = cell(
-            "" if p.category == OK else p.category,  # ok is the usual: blank, the others stand out
-            "category",
-            styles.get(_CATEGORY_STYLES.get(p.category, ""), PLAIN),
-        )
-    else:
-        command = shorten(p.command) if p.command else p.command
-        gpu_cells = (
-            cell("-", "gpu", dim),
-            cell("", "kinds"),
-            cell("", "gpu_mem"),
-            cell("", "sm"),
-            cell("", "bw"),
-        )
-        category = cell("", "category")
-    run = now - p.create_time if p.create_time else None
-    user = p.user or ("-" if invisible else NA)
-    folded = workers is not None and workers.folded
-    cpu, rss = (workers.cpu, workers.rss) if workers is not None and folded else (p.cpu_percent, p.rss)
-    lead = tree_prefix + (workers.mark if workers is not None else "")
-    before, shown = _last_column(p, command, with_reason)
-    cells = (
-        # ◆: the process runs the gputui agent (`a` opens its allocator panel).
-        gpu_cells[0],
-        cell(("◆" if has_agent else "") + str(p.pid), "pid"),
-        cell(user, "user"),
-        *gpu_cells[1:],
-        cell(f"{cpu:.1f}" if cpu is not None else NA, "cpu"),
-        cell(fmt_bytes(rss), "rss"),
-        cell(fmt_duration(run), "time"),
-        category,
-        cell(p.state or NA, "state", state_style),
-        cell(_owner_label(p), "job"),
-        # Text, never markup: a command line may contain "[/]" or escape sequences.
-        Text(
-            lead + before + shown,
-            style=dim if invisible or not on_gpu else "",
-            no_wrap=True,
-        ),
-    )
+def _make_row(c: ProcessCells, rank: str) -> TableRow:
+    """A process's row: every column draws its cell."""
+    p, workers = c.p, c.workers
+    cells = tuple(column.cell(c) for column in COLUMNS)
     pids = workers.pids if workers is not None else ()
-    command_at = len(lead) + len(before) if command and not invisible else -1
     return TableRow(
-        row_key(p), p.pid, p.create_time, p, cells, pids, folded, rank, len(lead), command_at=command_at
+        row_key(p), p.pid, p.create_time, p, cells, pids, c.folded, rank, len(c.lead), command_at=c.command_at
     )
-
-
-def _gpu_text(p: ProcessRow) -> str:
-    """Its GPU, and on a MIG GPU its GPU instance: `0:1` (as the fleet writes it)."""
-    if p.gpu is None:
-        return "?"
-    return f"{p.gpu}:{p.gpu_instance}" if p.gpu_instance is not None else str(p.gpu)
-
-
-FORECAST_BADGE_S = 3600.0  # a GPU full within the hour earns its process a badge
-
-
-def forecast_badge(p: ProcessRow | HostProcess) -> str:
-    """`full in ~14 min · `: its memory grows and its GPU will be full soon; `hung · ` when it looks hung."""
-    if getattr(p, "hung", None):
-        return "hung · "
-    full_in = getattr(p, "full_in", None)
-    if full_in is not None and full_in < FORECAST_BADGE_S:
-        return f"full in ~{fmt_duration(full_in)} · "
-    return ""
-
-
-def _last_column(p: ProcessRow | HostProcess, command: str | None, with_reason: bool) -> tuple[str, str]:
-    """(what comes before the command line: a badge, or the reason in the zombies view; the command)."""
-    reason = getattr(p, "reason", "")
-    before = f"{reason} · " if with_reason and reason else forecast_badge(p)
-    return printable(before), printable(command or NA)
-
-
-def _pct(v: int | None) -> str:
-    return f"{v}%" if v is not None else NA

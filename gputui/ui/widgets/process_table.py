@@ -27,6 +27,7 @@ from textual.message import Message
 
 from gputui import cells
 from gputui.model import Snapshot
+from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import PLAIN, Line
 from gputui.ui.widgets.command_fit import squeeze, telling_words
 from gputui.ui.widgets.cursor_table import CursorTable
@@ -73,7 +74,7 @@ def skip_cells(text: str, count: int) -> str:
 
 
 class ProcessTable(CursorTable):
-    DEFAULT_CSS = "ProcessTable { height: 1fr; }"
+    DEFAULT_CSS = tcss("ProcessTable")
     BINDINGS = [
         Binding("enter", "choose", "Detail", show=False),
         Binding("f", "fold", "Workers", show=False),
@@ -294,10 +295,9 @@ class ProcessTable(CursorTable):
         if row is not None and free >= _NOTE_MIN_ROWS:
             snap = self._source[0] if self._source is not None else None
             lines = note_lines(note_for(row, snap), width, free, note.palette)
-        note.lines = lines
+        note.lines = lines  # its watcher redraws it
         if note.styles.height is None or note.styles.height.value != len(lines):
             note.styles.height = len(lines)  # the table gives (or takes back) those rows
-        note.redraw()
 
     def _line(
         self,

@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.style import Style
+from textual.reactive import var
 
 from gputui.analyze.classify import OK, Leftover, estimated, leftovers
 from gputui.cells import width as cells_of
 from gputui.model import ProcessRow, Snapshot
+from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import CellCanvas, Line
 from gputui.ui.widgets.dip_groups import compact_gpus
 from gputui.ui.widgets.palette import Palette
@@ -133,12 +135,17 @@ def note_lines(note: Note, width: int, rows: int, palette: Palette) -> list[Line
 class RowNote(CellCanvas):
     """Drawn by the process table (ProcessTable.note): its height is the table's free rows it uses."""
 
-    DEFAULT_CSS = "RowNote { height: 0; }"
+    DEFAULT_CSS = tcss("RowNote")
+
+    # Setting it redraws the note (always: the table hands a new list each time it draws).
+    lines: var[list[Line]] = var(list, always_update=True, init=False)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.palette = Palette.default()
-        self.lines: list[Line] = []
+
+    def watch_lines(self) -> None:
+        self.redraw()
 
     def build(self, width: int) -> list[Line]:
         return self.lines

@@ -9,6 +9,7 @@ from textual.timer import Timer
 
 from gputui.cells import cut
 from gputui.cells import width as cells
+from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import CellCanvas, Line
 from gputui.ui.widgets.palette import Palette
 from gputui.ui.widgets.wrap import wrap_at_most, wrap_cells
@@ -20,7 +21,7 @@ MAX_LINES = 2
 
 
 class StatusLine(CellCanvas):
-    DEFAULT_CSS = "StatusLine { height: 1; }"  # 2 while a long message is shown
+    DEFAULT_CSS = tcss("StatusLine")  # 2 while a long message is shown
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
