@@ -1,16 +1,19 @@
 """The tests' shared helpers, one of each: waiting for a condition (`wait_until` in a thread, `until` under a
 Textual pilot), real child processes that a test starts (`Children`, handed out by the `spawn` fixture of
-tests/conftest.py, which reaps them), and reading what a Textual screen shows (`static_text`,
-`screen_text`)."""
+tests/conftest.py, which reaps them; `ready_loop`, a Python in its loop to attach to), and reading what a
+Textual screen shows (`static_text`, `screen_text`). Model values are built in tests/builders.py."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import psutil
@@ -126,6 +129,30 @@ class Children:
                 with contextlib.suppress(OSError):
                     if stream is not None:
                         stream.close()
+
+
+# A Python program that says "ready" once it is in its loop: a process to attach to, or to describe.
+READY_LOOP = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"
+
+
+@contextlib.contextmanager
+def ready_loop(python: Sequence[str], cwd: Path | None = None) -> Iterator[subprocess.Popen[str]]:
+    """`python` (an interpreter and its flags) running READY_LOOP, handed over once it said "ready"
+    (gdb then finds the interpreter's symbols); killed and reaped after, woken first in case a test
+    stopped it."""
+    proc = subprocess.Popen(
+        [*python, "-c", READY_LOOP], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 # -- values ----------------------------------------------------------------------------------------------

@@ -21,10 +21,9 @@ from gputui import cli, commands
 from gputui.actions.attach import Outcome, Plan, Refusal, check
 from gputui.actions.attach import run as attach_run
 from gputui.collect.agents.client import AgentPoller
-from tests.helpers import wait_until
+from tests.helpers import ready_loop, wait_until
 
 TIMEOUT = 60
-LOOP = "import sys, time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"
 needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (apt install gdb)")
 
 
@@ -38,11 +37,8 @@ def gputui(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.Com
     )
 
 
-def start(argv: list[str], wait_ready: bool) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
-    if wait_ready:  # the interpreter is up and in its loop: gdb finds PyGILState_Ensure
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-    return proc
+def start(argv: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
 
 
 def end(proc: subprocess.Popen[str]) -> None:
@@ -56,11 +52,8 @@ def end(proc: subprocess.Popen[str]) -> None:
 
 @pytest.fixture
 def loop() -> Iterator[subprocess.Popen[str]]:
-    proc = start([sys.executable, "-c", LOOP], wait_ready=True)
-    try:
+    with ready_loop([sys.executable]) as proc:
         yield proc
-    finally:
-        end(proc)
 
 
 def attachable(pid: int) -> Plan:
@@ -122,7 +115,7 @@ def test_attach_with_yes_then_again_is_nothing_to_do(loop: subprocess.Popen[str]
 
 
 def test_a_process_that_is_not_python_is_refused() -> None:
-    sleeper = start(["sleep", "60"], wait_ready=False)
+    sleeper = start(["sleep", "60"])
     try:
         result = gputui("attach", str(sleeper.pid), "--yes")
         line = one_error(result, 1)

@@ -5,31 +5,27 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from gputui.model import GpuHealth, GpuSample, ProcessRow, Snapshot, XidEvent
+from gputui.model import GpuHealth, GpuSample, XidEvent
 from gputui.output import jsonout, schema_check
+from tests.builders import process_row, snapshot
 
 
 def test_health_xids_and_forecasts_round_trip_and_match_the_schema() -> None:
     health = GpuHealth(ecc_corrected_volatile=3, remap_pending=True, pcie_gen=4, pcie_gen_max=5, pcie_width=8)
-    row = ProcessRow(
-        gpu=0,
-        pid=42,
-        kinds="C",
+    row = process_row(
+        0,
+        42,
         used_memory=1 << 30,
         sm_util=90,
         mem_util=40,
-        visible=True,
         memory_growth=2.0e6,
         full_in=840.0,
         hung="stalled at step 41,230 for 3 min",
     )
-    snap = Snapshot(
+    snap = snapshot(
         time=1.0,
         hostname="h",
         source="nvml",
-        driver_version=None,
-        nvml_version=None,
-        cuda_driver_version=None,
         gpus=(GpuSample(index=0, health=health),),
         processes=(row,),
         xids=(XidEvent(0, 79, 1.0),),

@@ -7,26 +7,16 @@ import json
 
 import pytest
 
-from gputui.model import GpuSample, MigInstance, Owner, ProcessRow, Snapshot
+from gputui.model import GpuSample, MigInstance, Owner, Snapshot
 from gputui.output import jsonout, schema_check
+from tests.builders import process_row
 
 GIB = 1 << 30
 
 
 def snapshot(owner: Owner | None) -> Snapshot:
     mig = (MigInstance(1, 0, "3g.40gb", "MIG-0a1b", 40 * GIB, 3 * GIB, None),)
-    row = ProcessRow(
-        gpu=0,
-        pid=4242,
-        kinds="C",
-        used_memory=3 * GIB,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
-        owner=owner,
-        gpu_instance=1,
-        compute_instance=0,
-    )
+    row = process_row(0, 4242, used_memory=3 * GIB, owner=owner, gpu_instance=1, compute_instance=0)
     return Snapshot(
         time=1_795_000_000.0,
         hostname="box",

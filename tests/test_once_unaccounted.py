@@ -13,19 +13,17 @@ from gputui.collect.procs.join import ProcessJoiner
 from gputui.model import GpuProcess, GpuSample, Snapshot
 from gputui.output.jsonout import dumps
 from gputui.output.oneshot import render
+from tests.builders import snapshot
 from tests.collect.test_procs import _free_pid
 
 MIB = 1 << 20
 
 
 def snap(unaccounted: int | None) -> Snapshot:
-    return Snapshot(
+    return snapshot(
         time=0.0,
         hostname="h",
         source="nvml",
-        driver_version=None,
-        nvml_version=None,
-        cuda_driver_version=None,
         gpus=(GpuSample(index=0, name="GPU", mem_total=80 << 30, mem_used=10 << 30),),
         processes=(),
         unaccounted_memory={0: unaccounted},
@@ -63,5 +61,5 @@ def test_a_pid_not_visible_here_has_unknown_devices() -> None:
     )
     (row,) = rows
     assert (row.visible, row.category, row.devices) == (False, "nvml-only", None)
-    data = json.loads(dumps(Snapshot(0.0, "h", "nvml", None, None, None, (), rows)))
+    data = json.loads(dumps(snapshot(hostname="h", source="nvml", processes=rows)))
     assert data["processes"][0]["devices"] is None

@@ -16,8 +16,8 @@ row say GPM is gone.
 
 from __future__ import annotations
 
-import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gputui.analyze import dip_causes
@@ -36,6 +36,17 @@ SM, UTIL = "sm", "util"  # what a dip was measured on: GPM's SM activity, or NVM
 # counters is every tick from then on.
 SIGNAL_GRACE = 3
 TENSOR_WINDOW = 30  # recent busy tensor-activity readings: were the tensor cores in use before a dip
+
+
+def _median(values: Iterable[float]) -> float:
+    """statistics.median, here: that module (with fractions and decimal behind it) is ~0.1 MiB of every
+    start of the monitor, for this one use."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no median for empty data")
+    half = n // 2
+    return ordered[half] if n % 2 else (ordered[half - 1] + ordered[half]) / 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +111,7 @@ class _GpuTrack:
         self.tensor.clear()
 
     def tensor_before(self) -> float | None:
-        return statistics.median(self.tensor) if len(self.tensor) >= MIN_BUSY_SAMPLES // 2 else None
+        return _median(self.tensor) if len(self.tensor) >= MIN_BUSY_SAMPLES // 2 else None
 
 
 class DipDetector:
@@ -157,7 +168,7 @@ class DipDetector:
         busy_job: bool,
         sample: GpuSample,
     ) -> Dip | None:
-        median = statistics.median(track.busy) if len(track.busy) >= MIN_BUSY_SAMPLES else None
+        median = _median(track.busy) if len(track.busy) >= MIN_BUSY_SAMPLES else None
         low = (
             value is not None
             and busy_job

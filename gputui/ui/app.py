@@ -147,8 +147,7 @@ class GpuTuiApp(BaseApp):
 
     def apply_palette(self, palette: Palette) -> None:
         for canvas in (self.header, self.panes, self.status, self.row_note):
-            canvas.palette = palette
-            canvas.redraw()
+            canvas.palette = palette  # each redraws itself with it
         self._row_styles = {"dim": palette.dim, "error": palette.error, "warning": palette.warning}
         table = self.table
         table.header_style, table.cursor_style = palette.header, palette.cursor
@@ -170,12 +169,10 @@ class GpuTuiApp(BaseApp):
         self.sample_now()  # the sampler waits the new interval from now, not the old one's rest
 
     def _interval_changed(self, interval: float) -> None:
-        header, panes = self.header, self.panes
-        header.interval = interval
-        header.redraw()
+        self.header.interval = interval  # (each widget redraws what it derives from it)
         # The bucket (seconds per sparkline cell) derives from interval, window and width: GpuPanes
         # recomputes it as the interval is set, not at the next resize.
-        panes.interval = interval
+        self.panes.interval = interval
 
     def watch_window(self, window: float) -> None:
         self.panes.set_window(window)
@@ -183,9 +180,7 @@ class GpuTuiApp(BaseApp):
         self.say(f"sparklines: at least the last {int(window // 60)} min")
 
     def watch_paused(self, paused: bool) -> None:
-        header = self.header
-        header.paused = paused
-        header.redraw()
+        self.header.paused = paused
 
     # -- sampling (a single long-lived thread) -----------------------------------------------------
 
@@ -195,7 +190,6 @@ class GpuTuiApp(BaseApp):
 
     def on_sampling_late(self, message: SamplingLate) -> None:
         self.header.took = message.took
-        self.header.redraw()
         if message.took is not None and not self._said_late:
             self._said_late = True
             self.say(message.text, "warning")
@@ -251,18 +245,14 @@ class GpuTuiApp(BaseApp):
                 for note in self.notes:
                     self.say(note, "warning")
             header = self.header
+            header.replay = self._replay_position()  # drawn with the snapshot, set next
             header.snapshot = snap
-            header.replay = self._replay_position()
-            header.redraw()
             panes.show(snap)
             self.refresh_table()
             screen = self.screen
             if isinstance(screen, FollowsSnapshots):  # the allocator and events screens
                 screen.follow(snap)
-            status = self.status
-            if status.unreadable != snap.unreadable_fds:
-                status.unreadable = snap.unreadable_fds
-                status.redraw()
+            self.status.unreadable = snap.unreadable_fds  # redrawn when the count changed
         self.frames += 1
 
     def refresh_table(self) -> None:
@@ -349,9 +339,7 @@ class GpuTuiApp(BaseApp):
             )
 
     def _select_gpu(self, gpu: int | None) -> None:
-        panes = self.panes
-        panes.selected_gpu = gpu
-        panes.redraw()
+        self.panes.selected_gpu = gpu
         self._set_view(replace(self.view, gpu=gpu))
 
     def action_detail(self) -> None:

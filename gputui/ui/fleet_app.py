@@ -36,21 +36,28 @@ class FollowsFleet(Protocol):
 
 
 class FleetReady(Message):
-    def __init__(self, view: FleetView) -> None:
+    def __init__(self, view: FleetView, retry_at: float | None = None) -> None:
         super().__init__()
         self.view = view
+        self.retry_at = retry_at  # monotonic time of the next attempt
 
 
 class FleetHeader(CellCanvas):
     DEFAULT_CSS = tcss("FleetHeader")
 
+    # Setting either redraws the header. `view` even when equal: its clock is the fetch's.
+    view: var[FleetView | None] = var(None, always_update=True, init=False)
+    sort: var[str] = var("busy", init=False)
+
     def __init__(self, url: str, *, tls_verified: bool = True, id: str | None = None) -> None:
         super().__init__(id=id)
         self.url = url  # Prometheus.shown_url: no credentials in it
         self.tls_verified = tls_verified
-        self.view: FleetView | None = None
-        self.sort = "busy"
-        self.palette = Palette.default()
+
+    def _changed(self) -> None:
+        self.redraw()
+
+    watch_view = watch_sort = _changed
 
     def build(self, width: int) -> list[Line]:
         p = self.palette
@@ -72,12 +79,20 @@ class Banner(CellCanvas):
 
     DEFAULT_CSS = tcss("Banner")
 
+    view: var[FleetView | None] = var(None, always_update=True, init=False)  # setting it redraws
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.view: FleetView | None = None
-        self.retry_at: float | None = None  # monotonic time of the next attempt
+        # Monotonic time of the next attempt: set before each view and drawn with it (no watcher: the
+        # banner would be built twice), then counted down each second.
+        self.retry_at: float | None = None
         self.selector = ""
-        self.palette = Palette.default()
+
+    def on_mount(self) -> None:
+        self.set_interval(1.0, self.redraw)  # the "retry in N s" countdown
+
+    def watch_view(self) -> None:
+        self.redraw()
 
     def build(self, width: int) -> list[Line]:
         p, view = self.palette, self.view
@@ -129,6 +144,7 @@ class FleetApp(BaseApp):
     def compose(self) -> ComposeResult:
         prometheus = self.reader.prometheus
         self.header = FleetHeader(prometheus.shown_url, tls_verified=prometheus.tls_verified, id="header")
+        self.header.sort = self.sort  # (watch_sort hands on the changes)
         self.banner = Banner(id="banner")
         self.banner.selector = self.reader.matchers
         self.table = FleetTable(id="hosts")
@@ -141,16 +157,15 @@ class FleetApp(BaseApp):
     def on_mount(self) -> None:
         super().on_mount()  # the palette
         self.table.focus()
-        self.set_interval(1.0, self.banner.redraw)  # the "retry in N s" countdown
         self._refresh_loop()
 
     def apply_palette(self, palette: Palette) -> None:
         for canvas in (self.header, self.banner, self.table):
-            canvas.palette = palette
-            canvas.redraw()
+            canvas.palette = palette  # each redraws itself with it
 
-    def watch_sort(self) -> None:
-        self.show(self.view)
+    def watch_sort(self, sort: str) -> None:
+        self.header.sort = sort  # (it redraws itself; the view is the same)
+        self._order()
 
     @work(thread=True, exclusive=True, group="fleet")
     def _refresh_loop(self) -> None:
@@ -159,31 +174,33 @@ class FleetApp(BaseApp):
             view = self.reader.refresh()
             # After a failure retry sooner, backing off: 2, 4, 8 ... seconds, never past the interval.
             delay = self.interval if view.error is None else min(self.interval, 2.0 ** min(view.failures, 6))
-            self.banner.retry_at = time.monotonic() + delay
             try:
-                self.post_message(FleetReady(view))
+                self.post_message(FleetReady(view, time.monotonic() + delay))
             except RuntimeError:  # the app closed its loop while this thread waited on Prometheus
                 return
             self.sleep_unless_woken(delay)
 
     def on_fleet_ready(self, message: FleetReady) -> None:
+        self.banner.retry_at = message.retry_at  # (set here, not by the thread: widgets are the UI's)
         self.show(message.view)
 
     def show(self, view: FleetView) -> None:
         self.view = view
         self.frames += 1
-        self.header.view = self.banner.view = view
-        self.header.sort = self.sort
-        self.table.sort = self.sort
-        self.table.now = view.fetched_at or time.time()
-        self.table.empty_note = "waiting for Prometheus…" if view.fetched_at is None else "no hosts"
         with self.batch_update():
-            self.header.redraw()
-            self.banner.redraw()
-            self.table.apply(sort_hosts(view.hosts, self.sort))
+            self.header.view = self.banner.view = view  # each redraws itself
+            self._order()
             screen = self.screen
             if isinstance(screen, FollowsFleet):
                 screen.show(view)
+
+    def _order(self) -> None:
+        """The table: the view's hosts in the chosen order."""
+        view, table = self.view, self.table
+        table.sort = self.sort
+        table.now = view.fetched_at or time.time()
+        table.empty_note = "waiting for Prometheus…" if view.fetched_at is None else "no hosts"
+        table.apply(sort_hosts(view.hosts, self.sort))
 
     def action_sort(self, key: str) -> None:
         self.sort = key  # watch_sort shows the view in the new order

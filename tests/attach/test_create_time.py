@@ -14,30 +14,16 @@ import pytest
 from gputui.actions.attach import Outcome, Plan, attach, check
 from gputui.actions.attach import run as attach_run
 from gputui.collect.agents.client import AgentPoller
-
-LOOP = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"
+from tests.helpers import ready_loop
 
 
 @pytest.fixture
 def loop(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-c", LOOP],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    with ready_loop([sys.executable, "-I"], cwd=tmp_path) as proc:
         plan = check(proc.pid)
         if not isinstance(plan, Plan):
             pytest.skip(f"this machine does not let gputui attach: {plan.reason}")
         yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 @pytest.fixture

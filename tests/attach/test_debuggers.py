@@ -15,9 +15,9 @@ import pytest
 
 from gputui.actions.attach import Plan, Refusal, attach, check, preflight
 from gputui.collect.agents.client import AgentPoller
+from tests.helpers import ready_loop
 
 GDB = shutil.which("gdb")
-LOOP = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"
 
 
 def tools(directory: Path, *names: str) -> Path:
@@ -60,9 +60,7 @@ def test_cuda_gdb_in_cudas_own_directory(path: Path) -> None:
 
 
 def test_no_debugger_names_them_all(path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-I", "-c", LOOP], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    with ready_loop([sys.executable, "-I"]) as proc:
         refusal = check(proc.pid)
         if isinstance(refusal, Refusal) and "ptrace" in refusal.reason:
             pytest.skip(refusal.reason)
@@ -71,11 +69,6 @@ def test_no_debugger_names_them_all(path: Path) -> None:
             "needs a debugger (gdb, cuda-gdb or lldb)" in refusal.reason
             and "apt install gdb" in refusal.reason
         )
-    finally:
-        proc.kill()
-        proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 # -- for real ----------------------------------------------------------------------------------------
@@ -90,21 +83,8 @@ def _ptrace_scope() -> int:
 
 @pytest.fixture
 def loop(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-c", LOOP],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    with ready_loop([sys.executable, "-I"], cwd=tmp_path) as proc:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 @pytest.mark.skipif(

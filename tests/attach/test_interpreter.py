@@ -22,10 +22,10 @@ import pytest
 from gputui.actions.attach import Plan, Refusal, attach, check, elf, preflight
 from gputui.actions.attach import run as attach_run
 from gputui.collect.agents.client import AgentPoller
+from tests.helpers import ready_loop
 
 PID = 4_000_001  # above any pid_max: no socket, no process of that number
 SLEEP = os.path.realpath(shutil.which("sleep") or "/bin/sleep")
-LOOP = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"
 needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="needs gdb (apt install gdb)")
 
 
@@ -272,21 +272,8 @@ def renamed(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     probe = subprocess.run([str(copy), "-I", "-c", "pass"], capture_output=True, timeout=30, cwd=tmp_path)
     if probe.returncode != 0:
         pytest.skip(f"a copy of {program} does not run elsewhere (a relative RUNPATH?)")
-    proc = subprocess.Popen(
-        [str(copy), "-I", "-c", LOOP],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    with ready_loop([str(copy), "-I"], cwd=tmp_path) as proc:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 def test_a_python_named_python3_99_is_the_version_it_is(renamed: subprocess.Popen[str]) -> None:

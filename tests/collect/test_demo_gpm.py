@@ -17,7 +17,8 @@ from gputui.analyze import dip_causes
 from gputui.analyze.dips import SM, DipDetector
 from gputui.collect.sampler import Sampler
 from gputui.collect.sources.demo import MIG_LAYOUT, STARVED_FOR_S, STARVED_GPU, DemoSource
-from gputui.model import GPM_OFF_NOTE, GPM_RATES, GPM_RATIOS, GpmMetrics, GpuSample, ProcessRow, Snapshot
+from gputui.model import GPM_OFF_NOTE, GPM_RATES, GPM_RATIOS, GpmMetrics, GpuSample
+from tests.builders import process_row, snapshot
 
 GPUS = 4
 PIDS = [4101, 4111, 4121, 4131]
@@ -103,19 +104,8 @@ def test_only_gpm_sees_the_starved_stretch_as_a_dip() -> None:
     detector = DipDetector()
     dips = []
     for t, gpus in readings(src, start=600.0, seconds=240):
-        procs = tuple(
-            ProcessRow(
-                gpu=g.index,
-                pid=PIDS[g.index],
-                kinds="C",
-                used_memory=1,
-                sm_util=None,
-                mem_util=None,
-                visible=True,
-            )
-            for g in gpus
-        )
-        dips += detector.add(Snapshot(t, "h", "demo", None, None, None, tuple(gpus), procs))
+        procs = tuple(process_row(g.index, PIDS[g.index], used_memory=1) for g in gpus)
+        dips += detector.add(snapshot(time=t, hostname="h", gpus=tuple(gpus), processes=procs))
     lagging = [d for d in dips if d.gpu == STARVED_GPU and d.duration >= STARVED_FOR_S / 2]
     assert lagging, [(d.gpu, d.start, d.duration) for d in dips]
     for d in lagging:

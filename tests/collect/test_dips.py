@@ -13,6 +13,7 @@ import pytest
 from gputui.analyze.dips import LONG_DIP_S, MIN_DIP_S, Dip, DipDetector
 from gputui.collect.sources.demo import DemoSource
 from gputui.model import AgentReport, GpuSample, ProcessRow, Snapshot, TrainingProgress
+from tests.builders import process_row, snapshot
 
 T0 = 1_795_000_000.0
 LOST = object()  # a GPU that NVML lost (GpuSample.lost)
@@ -24,15 +25,7 @@ def pid_of(gpu: int) -> int:
 
 
 def row(gpu: int, pid: int | None = None, kinds: str = "C") -> ProcessRow:
-    return ProcessRow(
-        gpu=gpu,
-        pid=pid_of(gpu) if pid is None else pid,
-        kinds=kinds,
-        used_memory=None,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
-    )
+    return process_row(gpu, pid_of(gpu) if pid is None else pid, kinds=kinds)
 
 
 def sample(index: int, util: Util) -> GpuSample:
@@ -52,13 +45,8 @@ def snap(
     """GPUs 0..len(utils)-1 at time T0 + t; a job on each GPU in `on` (default: all of them)."""
     if procs is None:
         procs = [row(g) for g in (range(len(utils)) if on is None else on)]
-    return Snapshot(
+    return snapshot(
         time=T0 + t,
-        hostname="box",
-        source="demo",
-        driver_version=None,
-        nvml_version=None,
-        cuda_driver_version=None,
         gpus=tuple(sample(i, u) for i, u in enumerate(utils)),
         processes=tuple(procs),
         agents=agents or {},
@@ -436,29 +424,17 @@ def test_the_demos_timeline_has_stalls_and_long_dips() -> None:
     for k, t in enumerate(times):
         reading = demo.reading_at(t, slow=k % 5 == 0, trainer_pids=pids)
         procs = [
-            ProcessRow(
-                gpu=p.gpu,
-                pid=p.pid,
+            process_row(
+                p.gpu,
+                p.pid,
                 kinds=p.kinds,
                 used_memory=p.used_memory,
                 sm_util=p.sm_util,
                 mem_util=p.mem_util,
-                visible=True,
             )
             for p in reading.processes
         ]
-        det.add(
-            Snapshot(
-                time=T0 + t,
-                hostname="box",
-                source="demo",
-                driver_version=None,
-                nvml_version=None,
-                cuda_driver_version=None,
-                gpus=reading.gpus,
-                processes=tuple(procs),
-            )
-        )
+        det.add(snapshot(time=T0 + t, gpus=reading.gpus, processes=tuple(procs)))
     found = list(det.dips)
     kinds = [d.kind for d in found]
     assert kinds.count("stall") >= 5 and kinds.count("long") >= 10, found
@@ -477,22 +453,14 @@ def test_the_demos_timeline_has_stalls_and_long_dips() -> None:
 
 def test_a_new_job_learns_its_own_busy_level() -> None:
     """Job A ran at 95 %; job B (other pids) runs at 35 %: B's level is not a dip against A's."""
-    from gputui.model import GpuSample, ProcessRow, Snapshot
+    from gputui.model import GpuSample
 
     def snap(t: int, util: int, pid: int) -> Snapshot:
-        return Snapshot(
+        return snapshot(
             time=T0 + t,
             hostname="h",
-            source="demo",
-            driver_version=None,
-            nvml_version=None,
-            cuda_driver_version=None,
             gpus=(GpuSample(index=0, util_gpu=util),),
-            processes=(
-                ProcessRow(
-                    gpu=0, pid=pid, kinds="C", used_memory=None, sm_util=None, mem_util=None, visible=True
-                ),
-            ),
+            processes=(process_row(0, pid, visible=True),),
         )
 
     det = DipDetector()

@@ -12,6 +12,7 @@ from gputui.analyze import dip_causes
 from gputui.analyze.dip_causes import ProfileNote, profile_causes
 from gputui.analyze.dips import MIN_BUSY_SAMPLES, SIGNAL_GRACE, SM, UTIL, Dip, DipDetector
 from gputui.model import GpmMetrics, GpuSample, Snapshot
+from tests.builders import snapshot
 from tests.collect.test_dips import T0, feed, row
 
 GIB = 1024**3
@@ -21,16 +22,7 @@ Reading = tuple[float | None, GpmMetrics | None]  # NVML's utilization, the GPM 
 def tick(t: float, util: float | None, gpm: GpmMetrics | None = None, job: bool = True) -> Snapshot:
     """GPU 0 at T0 + t: NVML's utilization, its GPM reading (None: none this tick), a job on it or not."""
     g = GpuSample(index=0, util_gpu=None if util is None else round(util), gpm=gpm)
-    return Snapshot(
-        time=T0 + t,
-        hostname="box",
-        source="nvml",
-        driver_version=None,
-        nvml_version=None,
-        cuda_driver_version=None,
-        gpus=(g,),
-        processes=(row(0),) if job else (),
-    )
+    return snapshot(time=T0 + t, source="nvml", gpus=(g,), processes=(row(0),) if job else ())
 
 
 def sm(active: float, **kw: float | None) -> GpmMetrics:
@@ -137,7 +129,7 @@ def test_sm_activity_unsupported_alone_keeps_utilization_and_the_other_metrics()
 def test_a_lost_gpu_ends_its_dip_and_keeps_its_signal() -> None:
     det = DipDetector()
     feed(det, series(0, [(98.0, sm(90.0))] * 20 + [(98.0, sm(5.0))] * 3))
-    lost = Snapshot(T0 + 23, "box", "nvml", None, None, None, (GpuSample(index=0, lost=True),), (row(0),))
+    lost = snapshot(time=T0 + 23, source="nvml", gpus=(GpuSample(index=0, lost=True),), processes=(row(0),))
     (dip,) = det.add(lost)
     assert dip.signal == SM and dip.end == T0 + 23
     assert det.tracks[0].signal == SM

@@ -20,6 +20,7 @@ from gputui.collect.sources.base import Reading
 from gputui.collect.sources.nvml import SETTINGS_EVERY, NvmlSource
 from gputui.model import GpmMetrics, GpuSample, Snapshot
 from gputui.output import jsonout
+from tests.builders import snapshot
 from tests.collect.fake_nvml import FakeMigDevice, FakeNvml
 from tests.helpers import known
 
@@ -379,13 +380,10 @@ def test_dcgm_running_survives_a_hostile_proc(tmp_path: Path) -> None:
 
 
 def _snapshot(gpm: Any) -> Snapshot:
-    return Snapshot(
+    return snapshot(
         time=1.0,
         hostname="h",
         source="nvml",
-        driver_version=None,
-        nvml_version=None,
-        cuda_driver_version=None,
         gpus=(GpuSample(index=0, gpm=gpm),),
         processes=(),
         gpm_note="GPM not armed: DCGM is running (nv-hostengine (pid 812))",

@@ -9,6 +9,7 @@ from gputui.analyze import classify, hung
 from gputui.collect.sampler import Sampler
 from gputui.collect.sources.base import Reading, SourceInfo
 from gputui.model import GpuSample, ProcessRow
+from tests.builders import process_row
 
 GIB = 1 << 30
 GPUS = 8
@@ -41,13 +42,11 @@ def spinning_gpus() -> tuple[GpuSample, ...]:
 
 
 def row(gpu: int, pid: int, sm: int | None) -> ProcessRow:
-    return ProcessRow(
-        gpu=gpu,
-        pid=pid,
-        kinds="C",
+    return process_row(
+        gpu,
+        pid,
         used_memory=GIB,
         sm_util=sm,
-        mem_util=None,
         visible=False,
         cpu_percent=0.0,  # every one of them asleep on the host
         create_time=0.0,

@@ -27,6 +27,7 @@ from gputui.collect.procs.owners import (
 )
 from gputui.collect.sampler import Sampler
 from gputui.model import Category, Owner, ProcessRow
+from tests.builders import holder_row
 from tests.helpers import wait_until
 
 CID = "4f1c0e2ab3d94c5e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e"
@@ -335,18 +336,7 @@ def test_the_cache_is_bounded(
 
 
 def _row(pid: int, category: Category = "ok", reason: str = "", visible: bool = True) -> ProcessRow:
-    return ProcessRow(
-        gpu=0,
-        pid=pid,
-        kinds="",
-        used_memory=None,
-        sm_util=None,
-        mem_util=None,
-        visible=visible,
-        create_time=1.0,
-        category=category,
-        reason=reason,
-    )
+    return holder_row(0, pid, visible=visible, create_time=1.0, category=category, reason=reason)
 
 
 def _cgroup_world(

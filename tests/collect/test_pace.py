@@ -12,6 +12,7 @@ import pytest
 from gputui.collect.pace import Pacer
 from gputui.model import Snapshot
 from gputui.output.record import Recorder, late_note, read_recording, record_paced
+from tests import builders
 
 
 class Clock:
@@ -107,7 +108,7 @@ def test_restart_starts_the_schedule_now_with_a_new_interval() -> None:
 
 
 def snapshot(t: float) -> Snapshot:
-    return Snapshot(t, "h", "demo", None, None, None, (), ())
+    return builders.snapshot(time=t, hostname="h")
 
 
 def test_record_keeps_its_pace_with_a_slow_source(tmp_path: Path) -> None:

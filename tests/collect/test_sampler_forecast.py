@@ -16,6 +16,7 @@ from gputui.collect.sources import demo
 from gputui.collect.sources.base import Reading, SourceInfo
 from gputui.collect.sources.demo import DemoSource
 from gputui.model import GpuProcess, GpuSample, ProcessRow
+from tests.builders import process_row
 from tests.helpers import known
 
 GIB = 1 << 30
@@ -125,13 +126,10 @@ def test_tick_cost_with_32_processes(capsys: pytest.CaptureFixture[str]) -> None
     costs = []
     for tick in range(900):
         rows = tuple(
-            ProcessRow(
-                gpu=0,
-                pid=100_000 + i,
-                kinds="C",
+            process_row(
+                0,
+                100_000 + i,
                 used_memory=GIB + tick * 2000 * i,
-                sm_util=None,
-                mem_util=None,
                 visible=False,
                 cpu_percent=50.0,
                 create_time=0.0,

@@ -21,9 +21,8 @@ from gputui.actions.attach import Plan, Refusal
 from gputui.doctor import process
 from gputui.doctor.facts import SystemFacts
 from gputui.doctor.report import OK, WARNING, Check
-from tests.helpers import wait_until
+from tests.helpers import ready_loop, wait_until
 
-LOOP = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"
 PANEL = "allocator panel:"
 TIMEOUT = 120
 
@@ -55,18 +54,8 @@ def devices(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def loop() -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", LOOP], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    with ready_loop([sys.executable]) as proc:
         yield proc
-    finally:
-        os.kill(proc.pid, signal.SIGCONT)
-        proc.kill()
-        proc.wait(timeout=10)
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 def examine(pid: int, devices: Path, **kw: object) -> tuple[process.ProcessFacts, list[Check]]:

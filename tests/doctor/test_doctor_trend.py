@@ -25,9 +25,10 @@ from gputui.doctor import process
 from gputui.doctor.facts import GpuFact, SystemFacts
 from gputui.doctor.process import ProcessFacts
 from gputui.doctor.report import OK, PROBLEM, WARNING, Check
-from gputui.model import AgentReport, GpuProcess, GpuSample, ProcessRow, Snapshot
+from gputui.model import AgentReport, GpuProcess, GpuSample, ProcessRow
 from gputui.ui.screens.doctor import view_of, watched_rows
 from tests.agent.conftest import stop_agent
+from tests.builders import h100, process_row, snapshot
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -55,8 +56,7 @@ def history(
 
 
 def gpu(index: int = 0, free: int = 1680 * MIB) -> GpuSample:
-    total = 80 * GIB
-    return GpuSample(index=index, name="NVIDIA H100 80GB HBM3", mem_total=total, mem_used=total - free)
+    return h100(index=index, mem_used=80 * GIB - free)
 
 
 def machine(*samples: GpuSample) -> SystemFacts:
@@ -198,12 +198,8 @@ def test_a_process_without_gpu_memory_gets_no_trend_line() -> None:
 # -- the monitor's rows (the D screen) ---------------------------------------------------------------
 
 
-def row(**kw: Any) -> ProcessRow:
-    base: dict[str, Any] = dict(
-        gpu=0, pid=PID, kinds="C", used_memory=10 * GIB, sm_util=90, mem_util=40, visible=True
-    )
-    base.update(kw)
-    return ProcessRow(**base)
+def row(*, gpu: int | None = 0, pid: int = PID, **kw: Any) -> ProcessRow:
+    return process_row(gpu, pid, used_memory=10 * GIB, sm_util=90, mem_util=40, **kw)
 
 
 def test_the_monitors_trend_is_used() -> None:
@@ -245,13 +241,9 @@ def test_the_monitors_hung_verdict_is_used() -> None:
 
 
 def test_the_d_screen_passes_the_rows_and_the_gpus_memory() -> None:
-    snap = Snapshot(
+    snap = snapshot(
         time=T0,
         hostname="h",
-        source="demo",
-        driver_version=None,
-        nvml_version=None,
-        cuda_driver_version=None,
         gpus=(gpu(0), gpu(1)),
         processes=(row(gpu=1, memory_growth=1.0), row(pid=7), row(gpu=None)),
     )

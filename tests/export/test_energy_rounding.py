@@ -12,6 +12,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gputui.export.metrics import DipCounters, families
 from gputui.model import GpuSample, Snapshot
+from tests.builders import snapshot
 
 NAME = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 
@@ -26,16 +27,7 @@ class _Once:
 
 def energy_line(joules: float) -> str:
     gpu = GpuSample(index=0, name="GPU", uuid="GPU-0", minor=0, energy=joules)
-    snap = Snapshot(
-        time=0.0,
-        hostname="h",
-        source="nvml",
-        driver_version=None,
-        nvml_version=None,
-        cuda_driver_version=None,
-        gpus=(gpu,),
-        processes=(),
-    )
+    snap = snapshot(time=0.0, hostname="h", source="nvml", gpus=(gpu,), processes=())
     registry = CollectorRegistry()
     registry.register(_Once(snap))
     (line,) = [ln for ln in generate_latest(registry).decode().splitlines() if ln.startswith(NAME + "{")]

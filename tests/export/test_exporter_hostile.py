@@ -273,10 +273,10 @@ def test_a_thousand_idle_connections_neither_block_scrapes_nor_burn_cpu(
         used = (cpu_seconds(ps) - before) / (time.monotonic() - t0)
         assert used < 0.25, f"{used:.0%} of a core with idle connections open"
         assert ps.num_threads() < 20, ps.num_threads()  # not a thread per connection
-        for _ in range(3):
+        for _ in range(3):  # as the first: one that waited behind the idle sockets would wait out their 5 s
             started = time.monotonic()
             assert scrape(exporter_process.url, timeout=2)[0] == 200
-            assert time.monotonic() - started < 1
+            assert time.monotonic() - started < 2
 
 
 @pytest.mark.slow
@@ -357,7 +357,7 @@ def test_odd_requests_get_a_short_answer_and_the_connection_closed(
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
-def test_a_stop_signal_with_a_thousand_idle_connections_exits_within_a_second(sig: signal.Signals) -> None:
+def test_a_stop_signal_with_a_thousand_idle_connections_exits_at_once(sig: signal.Signals) -> None:
     proc = ExporterProcess(f"stop-{uuid.uuid4().hex[:8]}", gpus=1, interval=0.5)
     try:
         assert "DCGM_FI_DEV_GPU_UTIL" in proc.scrape()
@@ -373,7 +373,9 @@ def test_a_stop_signal_with_a_thousand_idle_connections_exits_within_a_second(si
         proc.stop()
     assert code == 0, stderr
     assert "Traceback" not in stderr, stderr
-    assert took < 1.0, took
+    # Within half the idle sockets' request timeout (5 s), which an exit that waited for them would take:
+    # on a loaded box, a process exit with 1,000 sockets open can take a second of its own.
+    assert took < 2.5, took
 
 
 def test_a_socket_limit_reached_does_not_spin() -> None:

@@ -30,6 +30,7 @@ from gputui.export.metrics import (
     retype_counters,
 )
 from gputui.model import Category, GpuSample, ProcessRow, Snapshot
+from tests.builders import process_row
 
 HOST = "node-7"
 DRIVER = "580.95.05"
@@ -180,14 +181,13 @@ def proc(
     name: str | None = "python",
     kinds: str = "C",
 ) -> ProcessRow:
-    return ProcessRow(
-        gpu=gpu,
-        pid=pid,
+    return process_row(
+        gpu,
+        pid,
         kinds=kinds,
         used_memory=used,
         sm_util=50,
         mem_util=20,
-        visible=True,
         user=user,
         name=name,
         command=command,

@@ -29,12 +29,13 @@ from gputui.collect.agents.client import AgentPoller
 from gputui.collect.sampler import Sampler
 from gputui.collect.sources.nvml import NvmlSource
 from gputui.collect.sources.replay import ReplaySampler
-from gputui.model import GpuSample, HostProcess, ProcessRow, Snapshot
+from gputui.model import GpuSample, HostProcess, Snapshot
 from gputui.ui.app import SORT_CYCLE, GpuTuiApp, SnapshotReady
 from gputui.ui.screens.detail import DetailScreen
 from gputui.ui.widgets.layout import MIN_TABLE_ROWS
 from gputui.ui.widgets.spark import DIP_GLYPH
 from gputui.units import NA
+from tests.builders import nvml_only_row, process_row
 from tests.collect.fake_nvml import FakeNvml, FakeProcess
 from tests.helpers import screen_text, until
 from tests.ui import world
@@ -452,25 +453,13 @@ async def test_nvml_shut_down_underneath_is_drawn_as_na_then_initialized_again(
 
 # -- 4. vanished processes and AccessDenied on every /proc read ----------------------------------------
 
-VANISHED = ProcessRow(
-    gpu=0,
-    pid=NO_SUCH_PID,
-    kinds="C",
-    used_memory=GIB,
-    sm_util=None,
-    mem_util=None,
-    visible=False,
-    category="nvml-only",
-    reason="in NVML's list but not visible here",
-)
-DENIED = ProcessRow(
-    gpu=1,
-    pid=NO_SUCH_PID + 1,
-    kinds="C",
+VANISHED = nvml_only_row(0, NO_SUCH_PID, used_memory=GIB)
+DENIED = process_row(
+    1,
+    NO_SUCH_PID + 1,
     used_memory=2 * GIB,
     sm_util=7,
     mem_util=1,
-    visible=True,
     user=None,
     name=None,
     command=None,
@@ -940,14 +929,11 @@ async def test_50_holders_with_5000_host_processes_in_the_tree() -> None:
         base = app.snapshot
         assert base is not None
         holders = tuple(
-            ProcessRow(
-                gpu=i % 4,
-                pid=100_000 + i,
+            process_row(
+                i % 4,
+                100_000 + i,
                 kinds="C" if i % 5 == 0 else "",
                 used_memory=GIB,
-                sm_util=None,
-                mem_util=None,
-                visible=True,
                 user="dave",
                 name="python",
                 command=f"python worker.py --shard {i}",

@@ -21,6 +21,7 @@ from gputui.collect.sources import demo
 from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import GPM_RATIOS, GpmMetrics, GpuSample, HostProcess, ProcessRow, Snapshot
 from gputui.ui.app import GpuTuiApp
+from tests.builders import holder_row, process_row
 from tests.ui import world
 from tests.ui.world import GIB, START
 
@@ -78,14 +79,12 @@ def _rows(snap: Snapshot) -> tuple[ProcessRow, ...]:
             r = dataclasses.replace(r, command=command(r.gpu or 0))
         rows.append(r)
     rows.append(
-        ProcessRow(
-            gpu=0,
-            pid=NOTEBOOK,
-            kinds="C",
+        process_row(
+            0,
+            NOTEBOOK,
             used_memory=2 * GIB,
             sm_util=0,
             mem_util=0,
-            visible=True,
             user="root",
             name="python",
             command="/usr/bin/python3 -m ipykernel_launcher -f /root/.local/share/jupyter/runtime/k-7.json",
@@ -98,14 +97,9 @@ def _rows(snap: Snapshot) -> tuple[ProcessRow, ...]:
     )
     for pid in ORPHANS:
         rows.append(
-            ProcessRow(
-                gpu=ORPHAN_GPU,
-                pid=pid,
-                kinds="",
-                used_memory=None,
-                sm_util=None,
-                mem_util=None,
-                visible=True,
+            holder_row(
+                ORPHAN_GPU,
+                pid,
                 user="carol",
                 name="pt_data_worker",
                 command="python finetune.py --data /datasets/sft --local-rank 5",

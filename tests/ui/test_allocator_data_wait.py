@@ -9,8 +9,9 @@ from rich.console import Console
 
 from gputui.collect.agents.client import AgentHistory
 from gputui.collect.agents.profile_reply import parse_status
-from gputui.model import Snapshot, TrainingProgress
+from gputui.model import TrainingProgress
 from gputui.ui.screens.allocator import AllocatorScreen
+from tests.builders import snapshot
 from tests.ui.test_allocator import PID, REPLY
 from tests.ui.test_allocator_profile import DONE
 
@@ -23,7 +24,7 @@ def _panel_text(screen: AllocatorScreen) -> str:
 
 def _screen(progress: TrainingProgress) -> AllocatorScreen:
     report = dataclasses.replace(REPLY, progress=progress)
-    snap = Snapshot(0.0, "host", "demo", None, None, None, (), (), agents={PID: report})
+    snap = snapshot(hostname="host", agents={PID: report})
     return AllocatorScreen(PID, None, snap, AgentHistory())
 
 

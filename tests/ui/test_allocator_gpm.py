@@ -17,6 +17,7 @@ from gputui.collect.agents.profile_reply import ProfileStatus, parse_status
 from gputui.model import GpmMetrics, GpuSample, MigInstance, ProcessRow, Snapshot
 from gputui.ui.app import SnapshotReady
 from gputui.ui.screens.allocator import AllocatorScreen
+from tests.builders import process_row, snapshot
 from tests.helpers import until
 from tests.ui.conftest import first_frame
 from tests.ui.test_allocator import PID, REPLY
@@ -31,21 +32,12 @@ def gpm(sm: float, **kw: float) -> GpmMetrics:
 
 
 def proc(gpu: int, gpu_instance: int | None = None) -> ProcessRow:
-    return ProcessRow(
-        gpu=gpu,
-        pid=PID,
-        kinds="C",
-        used_memory=1 << 30,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
-        gpu_instance=gpu_instance,
-    )
+    return process_row(gpu, PID, used_memory=1 << 30, gpu_instance=gpu_instance)
 
 
 def world(t: float, *gpus: GpuSample, row: ProcessRow | None = None) -> Snapshot:
     """The process (PID, its agent answering) on GPU 1 unless `row` says otherwise."""
-    return Snapshot(t, "box", "nvml", None, None, None, gpus, (row or proc(1),), agents={PID: REPLY})
+    return snapshot(time=t, source="nvml", gpus=gpus, processes=(row or proc(1),), agents={PID: REPLY})
 
 
 def gpu1(reading: GpmMetrics | None, util: int = 99) -> tuple[GpuSample, GpuSample]:

@@ -16,6 +16,7 @@ from gputui.collect.procs.join import ProcessJoiner, describe
 from gputui.model import GpuProcess, ProcessDetail, ProcessRow
 from gputui.ui.screens.detail import render_detail
 from gputui.units import NA
+from tests.builders import process_row
 from tests.collect.test_describe_env import TRAINING, describe_as_another_user, sleeper
 
 
@@ -78,9 +79,7 @@ def test_ages_read_in_the_largest_units() -> None:
         device_files=(),
         children=(),
     )
-    row = ProcessRow(
-        gpu=0, pid=1, kinds="C", used_memory=None, sm_util=None, mem_util=None, visible=True, create_time=t
-    )
+    row = process_row(0, 1, create_time=t)
     for age, said in [(42, "(42 s ago)"), (125, "(2 min ago)"), (3 * 86400 + 5 * 3600 + 7, "(3 d 5 h ago)")]:
         assert line(text_of(render_detail(row, blank, now=t + age)), "started").endswith(said)
     # A clock set back since the process started: the date, and no negative age.
@@ -100,7 +99,7 @@ def test_more_variables_than_shown_are_counted() -> None:
         training_env_more=70,
         environ_cut=True,
     )
-    row = ProcessRow(gpu=0, pid=1, kinds="C", used_memory=None, sm_util=None, mem_util=None, visible=True)
+    row = process_row(0, 1)
     text = text_of(render_detail(row, detail))
     assert "… 70 more" in text and "only its first 1 MiB read" in text
 

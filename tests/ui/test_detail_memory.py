@@ -13,6 +13,7 @@ from gputui.model import ProcessDetail, ProcessRow
 from gputui.ui.screens.detail import SPARK_CELLS, DetailScreen, render_detail
 from gputui.ui.widgets import spark
 from gputui.units import fmt_bytes
+from tests.builders import process_row
 from tests.helpers import screen_text
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
@@ -27,16 +28,7 @@ KEY = (4242, T0 - 3600.0)  # a process an hour old: its warm-up long past
 
 
 def row_of_fixture() -> ProcessRow:
-    return ProcessRow(
-        gpu=0,
-        pid=KEY[0],
-        kinds="C",
-        used_memory=2 * GIB,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
-        create_time=KEY[1],
-    )
+    return process_row(0, KEY[0], used_memory=2 * GIB, create_time=KEY[1])
 
 
 def blank(pid: int = 4242) -> ProcessDetail:

@@ -20,6 +20,7 @@ from gputui.ui.widgets.dip_groups import (
     sample_interval,
     short_name,
 )
+from tests import builders
 
 T0 = 1_795_000_000.0
 TORCHRUN = 4242
@@ -29,14 +30,9 @@ TORCHRUN_COMMAND = "/usr/bin/python3 /opt/venv/bin/torchrun --nproc-per-node 8 t
 def rank(
     gpu: int, pid: int, ppid: int | None, command: str = "python train.py", created: float | None = None
 ) -> ProcessRow:
-    return ProcessRow(
-        gpu=gpu,
-        pid=pid,
-        kinds="C",
-        used_memory=None,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
+    return builders.process_row(
+        gpu,
+        pid,
         name="python",
         command=command,
         ppid=ppid,
@@ -49,17 +45,7 @@ def host(pid: int, command: str | None, ppid: int | None = 1, name: str | None =
 
 
 def snapshot(rows: Sequence[ProcessRow], hosts: Sequence[HostProcess] = ()) -> Snapshot:
-    return Snapshot(
-        time=T0 + 600,
-        hostname="box",
-        source="demo",
-        driver_version=None,
-        nvml_version=None,
-        cuda_driver_version=None,
-        gpus=(),
-        processes=tuple(rows),
-        host_processes=tuple(hosts),
-    )
+    return builders.snapshot(time=T0 + 600, gpus=(), processes=tuple(rows), host_processes=tuple(hosts))
 
 
 def torchrun_job(gpus: Sequence[int], launcher: int = TORCHRUN, first_pid: int = 5000) -> list[ProcessRow]:
@@ -219,19 +205,8 @@ def test_a_job_started_after_a_dip_did_not_make_it() -> None:
 
 
 def test_gpu_processes_only_no_device_holders_or_unknown_gpus() -> None:
-    holder = ProcessRow(
-        gpu=1, pid=5001, kinds="", used_memory=None, sm_util=None, mem_util=None, visible=True, ppid=TORCHRUN
-    )
-    unknown = ProcessRow(
-        gpu=None,
-        pid=5002,
-        kinds="C",
-        used_memory=None,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
-        ppid=TORCHRUN,
-    )
+    holder = builders.holder_row(1, 5001, ppid=TORCHRUN)
+    unknown = builders.process_row(None, 5002, ppid=TORCHRUN)
     snap = snapshot([rank(0, 5000, TORCHRUN), holder, unknown])
     groups = grouped(snap, [dip(0, 1.0), dip(1, 1.0)])
     assert [(g.gpus, g.job) for g in groups] == [((0,), None), ((1,), None)]

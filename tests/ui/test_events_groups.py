@@ -13,6 +13,7 @@ from gputui.model import GpuSample, HostProcess, ProcessRow, Snapshot
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.events import EventsScreen
 from gputui.ui.widgets.dip_groups import RANGE
+from tests.builders import process_row, snapshot
 from tests.ui.conftest import first_frame
 from tests.ui.test_dips_ui import events_text, press, summary_rows
 
@@ -35,14 +36,9 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def row(gpu: int, pid: int, ppid: int) -> ProcessRow:
-    return ProcessRow(
-        gpu=gpu,
-        pid=pid,
-        kinds="C",
-        used_memory=None,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
+    return process_row(
+        gpu,
+        pid,
         user="alice",
         name="python",
         command=f"python train.py --rank {gpu}",
@@ -62,13 +58,8 @@ def snapshots(seconds: int, dip_from: int, dip_to: int, launcher_command: str) -
         HostProcess(LAUNCHER, 1, "alice", "torchrun", launcher_command, 0.1, None, T0 - 700, "sleeping"),
     )
     return [
-        Snapshot(
+        snapshot(
             time=T0 + t,
-            hostname="box",
-            source="demo",
-            driver_version=None,
-            nvml_version=None,
-            cuda_driver_version=None,
             gpus=tuple(GpuSample(index=g, util_gpu=util(g, t, dip_from, dip_to)) for g in (*JOB_GPUS, LONER)),
             processes=procs,
             host_processes=hosts,

@@ -10,6 +10,7 @@ from gputui.analyze.dip_causes import ProfileNote
 from gputui.analyze.forecast import MIB
 from gputui.model import GpmMetrics, GpuSample, HostStats, ProcessRow, Snapshot, XidEvent
 from gputui.ui.screens.events import EventsScreen
+from tests.builders import snapshot
 from tests.ui.conftest import first_frame
 from tests.ui.test_dips_ui import events_text, press
 from tests.ui.test_events_groups import T0, app_on, row, utc  # noqa: F401  (the fixture: clocks in UTC)
@@ -35,13 +36,8 @@ def snapshots() -> list[Snapshot]:
                 leak = replace(leak, memory_growth=120 * MIB / 60, full_in=600.0 - 10 * (t - 10))
             procs.append(leak)
         out.append(
-            Snapshot(
+            snapshot(
                 time=T0 + t,
-                hostname="box",
-                source="demo",
-                driver_version=None,
-                nvml_version=None,
-                cuda_driver_version=None,
                 gpus=(GpuSample(index=0, util_gpu=5 if low else 95), GpuSample(index=1, util_gpu=95)),
                 processes=tuple(procs),
                 host=HostStats(cpu_percent=98.0 if low else 40.0),

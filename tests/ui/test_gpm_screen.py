@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+from typing import Any
 
 import pytest
 from textual.widgets import OptionList
@@ -15,13 +16,14 @@ from textual.widgets import OptionList
 from gputui import cells
 from gputui.analyze.dips import SIGNAL_GRACE
 from gputui.analyze.history import History
-from gputui.model import GPM_RATES, GPM_RATIOS, GpmMetrics, GpuSample, MigInstance, ProcessDetail, Snapshot
+from gputui.model import GPM_RATES, GPM_RATIOS, GpmMetrics, GpuSample, MigInstance, ProcessDetail
 from gputui.output.oneshot import GPM_LABELS
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.detail import GpuChooser, GpuDetailScreen, render_detail, render_gpu_detail
 from gputui.ui.widgets.gpu_panes import SM_LABEL, GpuPanes
 from gputui.ui.widgets.layout import LABEL, fit_fields
 from gputui.ui.widgets.spark import DIP_GLYPH, GLYPHS
+from tests.builders import h100, process_row, sample_of, snapshot
 from tests.helpers import until
 from tests.ui import everyday
 from tests.ui.conftest import first_frame, post
@@ -42,22 +44,22 @@ def gpm(sm: float | None = 88.0, tensor: float | None = 61.0, **kw: float | None
     return GpmMetrics(interval=1.0, graphics=95.0, sm_active=sm, sm_occupancy=50.0, tensor=tensor, **kw)
 
 
-def gpu(**kw: object) -> GpuSample:
-    base: dict[str, object] = dict(
-        index=2,
-        name="NVIDIA H100 80GB HBM3",
-        util_gpu=95,
-        mem_total=80 * GIB,
-        mem_used=int(40.3 * GIB),
-        temperature=66,
-        power=631.0,
-        power_limit=700.0,
-        sm_clock=1980,
-        pstate=0,
-        gpm=gpm(),
-    )
-    base.update(kw)
-    return GpuSample(**base)  # type: ignore[arg-type]
+# GPU 2 at work, GPM armed: its tests vary what they are about.
+SAMPLE = h100(
+    index=2,
+    util_gpu=95,
+    mem_used=int(40.3 * GIB),
+    temperature=66,
+    power=631.0,
+    power_limit=700.0,
+    sm_clock=1980,
+    pstate=0,
+    gpm=gpm(),
+)
+
+
+def gpu(**kw: Any) -> GpuSample:
+    return sample_of(SAMPLE, **kw)
 
 
 def summary(g: GpuSample, width: int) -> str:
@@ -233,7 +235,7 @@ def test_history_keeps_sm_activity_none_where_unknown() -> None:
         (3.0, gpu(index=0, gpm=gpm(sm=None))),
         (4.0, lost),
     ):
-        h.add(Snapshot(t, "h", "demo", None, None, None, (g,), ()))
+        h.add(snapshot(time=t, gpus=(g,), hostname="h"))
     assert list(h.gpus[0].sm) == [88, None, None, None]
     assert list(h.gpus[0].util) == [95, 95, 95, None]
 
@@ -294,18 +296,8 @@ def test_the_gpu_detail_lists_each_mig_instance() -> None:
 
 
 def test_the_process_detail_says_what_its_gpu_is_doing() -> None:
-    from gputui.model import ProcessRow
 
-    proc = ProcessRow(
-        gpu=2,
-        pid=4121,
-        kinds="C",
-        used_memory=GIB,
-        sm_util=95,
-        mem_util=40,
-        visible=True,
-        command="python t.py",
-    )
+    proc = process_row(2, 4121, used_memory=GIB, sm_util=95, mem_util=40, command="python t.py")
     blank = ProcessDetail(4121, None, None, None, False, None, ())
     text = text_of(render_detail(proc, blank, gpus=(gpu(**STARVED),)), width=200)
     activity = [ln for ln in text.splitlines() if "SM 6% · occupancy" in ln]

@@ -6,6 +6,7 @@ shows without colour and on 16 colours."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from rich.color import Color, ColorSystem
@@ -19,36 +20,37 @@ from gputui.ui.widgets.gpu_panes import GpuPanes, fit_name
 from gputui.ui.widgets.layout import fit_fields
 from gputui.ui.widgets.palette import Palette
 from gputui.ui.widgets.spark import DIP_GLYPH
+from tests.builders import h100, sample_of
 from tests.ui import everyday
 from tests.ui.conftest import first_frame
 
 GIB = 1 << 30
 
 
-def _gpu(**kw: object) -> GpuSample:
-    base: dict[str, object] = dict(
-        index=3,
-        name="NVIDIA H100 80GB HBM3",
-        util_gpu=41,
-        mem_total=80 * GIB,
-        mem_used=int(40.3 * GIB),
-        temperature=91,
-        power=690.0,
-        power_limit=700.0,
-        sm_clock=1155,
-        pstate=0,
-        fan=55,
-        pcie_rx=8.4e9,
-        pcie_tx=7.2e8,
-        nvlink_rx=2e10,
-        nvlink_tx=1e10,
-        ecc_errors=0,
-        persistence_mode=True,
-        compute_mode="Default",
-        throttle_reasons=("hw_thermal", "sw_thermal"),
-    )
-    base.update(kw)
-    return GpuSample(**base)  # type: ignore[arg-type]
+# GPU 3, hot and throttled, with every field the summary line can show.
+SAMPLE = h100(
+    index=3,
+    util_gpu=41,
+    mem_used=int(40.3 * GIB),
+    temperature=91,
+    power=690.0,
+    power_limit=700.0,
+    sm_clock=1155,
+    pstate=0,
+    fan=55,
+    pcie_rx=8.4e9,
+    pcie_tx=7.2e8,
+    nvlink_rx=2e10,
+    nvlink_tx=1e10,
+    ecc_errors=0,
+    persistence_mode=True,
+    compute_mode="Default",
+    throttle_reasons=("hw_thermal", "sw_thermal"),
+)
+
+
+def _gpu(**kw: Any) -> GpuSample:
+    return sample_of(SAMPLE, **kw)
 
 
 def summary(g: GpuSample, width: int) -> str:

@@ -4,6 +4,7 @@ dips marked by a glyph, summary lines that give way by priority, and the host li
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from gputui import cells
 from gputui.analyze.history import History
@@ -13,6 +14,7 @@ from gputui.ui.widgets.gpu_panes import GpuPanes, throttled
 from gputui.ui.widgets.header import HeaderBar, uptime
 from gputui.ui.widgets.layout import LABEL, fit_fields
 from gputui.ui.widgets.spark import DIP_GLYPH, GLYPHS, view_start
+from tests.builders import h100, sample_of
 from tests.ui.conftest import first_frame, make_app, post
 from tests.ui.drawn import lines
 
@@ -177,26 +179,26 @@ async def test_every_dip_starts_with_a_glyph_that_needs_no_colour() -> None:
 # -- summary lines by priority --------------------------------------------------------------------
 
 
-def _gpu(**kw: object) -> GpuSample:
-    base: dict[str, object] = dict(
-        index=3,
-        name="NVIDIA H100 80GB HBM3",
-        util_gpu=97,
-        mem_total=80 * GIB,
-        mem_used=40 * GIB,
-        temperature=81,
-        power=690.0,
-        power_limit=700.0,
-        sm_clock=1755,
-        pstate=0,
-        fan=55,
-        pcie_rx=8.4e9,
-        pcie_tx=7.2e8,
-        persistence_mode=True,
-        compute_mode="Default",
-    )
-    base.update(kw)
-    return GpuSample(**base)  # type: ignore[arg-type]
+# GPU 3 at work: its tests add the throttle reasons and warnings they are about.
+SAMPLE = h100(
+    index=3,
+    util_gpu=97,
+    mem_used=40 * GIB,
+    temperature=81,
+    power=690.0,
+    power_limit=700.0,
+    sm_clock=1755,
+    pstate=0,
+    fan=55,
+    pcie_rx=8.4e9,
+    pcie_tx=7.2e8,
+    persistence_mode=True,
+    compute_mode="Default",
+)
+
+
+def _gpu(**kw: Any) -> GpuSample:
+    return sample_of(SAMPLE, **kw)
 
 
 def summary(g: GpuSample, width: int) -> str:

@@ -23,6 +23,7 @@ from gputui.ui.app import GpuTuiApp, SnapshotReady
 from gputui.ui.screens.kill import KillScreen
 from gputui.ui.widgets.key_bar import KeyBar
 from gputui.ui.widgets.status import StatusLine
+from tests.builders import holder_row, nvml_only_row, process_row
 from tests.helpers import Children, screen_text, static_text, until, wait_until
 from tests.ui import world
 from tests.ui.conftest import first_frame, make_app
@@ -85,14 +86,12 @@ def row_of(proc: psutil.Process, command: str, gpu: int = 0, **changes: object) 
     """A GPU process row for a real process: its pid, create time, user, state and parent as psutil reads
     them; `command` is what the table shows (short, so that it is readable in the drawn lines)."""
     with proc.oneshot():
-        row = ProcessRow(
-            gpu=gpu,
-            pid=proc.pid,
-            kinds="C",
+        row = process_row(
+            gpu,
+            proc.pid,
             used_memory=2 * GIB,
             sm_util=50,
             mem_util=20,
-            visible=True,
             user=proc.username(),
             name=proc.name(),
             command=command,
@@ -665,14 +664,9 @@ async def test_the_unaccounted_row_is_shown_and_k_on_it_says_why_nothing_is_sign
 
 
 def _fake(pid: int, category: Category, reason: str, command: str, **changes: object) -> ProcessRow:
-    row = ProcessRow(
-        gpu=0,
-        pid=pid,
-        kinds="",
-        used_memory=None,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
+    row = holder_row(
+        0,
+        pid,
         user="alice",
         name="python",
         command=command,
@@ -692,17 +686,7 @@ SUSPECTS = {
     5103: _fake(5103, "defunct", "defunct: its parent 5101 has not reaped it", "[python]", state="zombie"),
     5104: _fake(5104, "orphan", "holds /dev/nvidia0; parent gone (now 1 init)", "python worker.py", ppid=1),
     5105: _fake(5105, "unseen", "holds /dev/nvidia1; not in NVML's list", "python leak.py", gpu=1),
-    world.GHOST: ProcessRow(
-        gpu=1,
-        pid=world.GHOST,
-        kinds="C",
-        used_memory=GIB,
-        sm_util=0,
-        mem_util=0,
-        visible=False,
-        category="nvml-only",
-        reason="in NVML's list but not visible here",
-    ),
+    world.GHOST: nvml_only_row(1, world.GHOST, used_memory=GIB, sm_util=0, mem_util=0),
 }
 INNOCENT = {
     5101: _fake(5101, "ok", "", "python train.py --rank 0", kinds="C", used_memory=40 * GIB),

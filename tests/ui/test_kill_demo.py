@@ -16,6 +16,7 @@ from gputui.actions.kill_plan import PARENT, describe_outcomes, plan_kill
 from gputui.collect.sampler import Sampler
 from gputui.collect.sources.demo import DemoSource
 from gputui.model import ProcessRow, Snapshot
+from tests.builders import process_row
 from tests.helpers import wait_until
 
 GIB = 1 << 30
@@ -88,14 +89,10 @@ def test_a_killed_trainer_never_offers_gputui_as_the_parent(demo: Sampler) -> No
     # Between the signal and the next tick it is a zombie whose parent is gputui.
     live = signals.describe(trainer.pid)
     assert live is not None and live.ppid == os.getpid()
-    row = ProcessRow(
-        gpu=1,
-        pid=trainer.pid,
-        kinds="C",
+    row = process_row(
+        1,
+        trainer.pid,
         used_memory=trainer.used_memory,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
         user=live.user,
         command=live.command,
         create_time=live.create_time,

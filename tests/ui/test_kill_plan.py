@@ -12,6 +12,7 @@ import pytest
 from gputui.actions.kill_plan import PARENT, describe_outcomes, plan_kill
 from gputui.actions.signals import Outcome, Protected, Result, Target
 from gputui.model import HostProcess, ProcessRow, Snapshot
+from tests.builders import process_row, snapshot
 
 GIB = 1 << 30
 ME, SHELL, SSHD = 900, 800, 700
@@ -20,14 +21,12 @@ T0 = 1_700_000_000.0
 
 
 def gpu_row(pid: int, ppid: int, **changes: object) -> ProcessRow:
-    row = ProcessRow(
-        gpu=0,
-        pid=pid,
-        kinds="C",
+    row = process_row(
+        0,
+        pid,
         used_memory=int(68.7 * GIB),
         sm_util=90,
         mem_util=40,
-        visible=True,
         user="alice",
         name="python",
         command=f"python train.py --rank {pid}",
@@ -64,17 +63,7 @@ def host(pid: int, ppid: int, **changes: object) -> HostProcess:
 
 
 def snap(*rows: ProcessRow, hosts: tuple[HostProcess, ...] = ()) -> Snapshot:
-    return Snapshot(
-        time=T0 + 10_000,
-        hostname="box",
-        source="demo",
-        driver_version=None,
-        nvml_version=None,
-        cuda_driver_version=None,
-        gpus=(),
-        processes=rows,
-        host_processes=hosts,
-    )
+    return snapshot(time=T0 + 10_000, gpus=(), processes=rows, host_processes=hosts)
 
 
 TRAINER = gpu_row(4242, 1000)

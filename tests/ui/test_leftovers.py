@@ -17,6 +17,7 @@ from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.kill import KillScreen
 from gputui.ui.screens.leftovers import LeftoverScreen
 from gputui.ui.widgets.process_rows import View, build_rows
+from tests.builders import holder_row
 from tests.helpers import Children, screen_text, until
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import body, lines, table
@@ -41,14 +42,9 @@ HELD = 9 * GIB + GIB // 2
 
 
 def holder(pid: int, gpu: int = GPU, category: Category = ORPHAN, **changes: object) -> ProcessRow:
-    row = ProcessRow(
-        gpu=gpu,
-        pid=pid,
-        kinds="",
-        used_memory=None,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
+    row = holder_row(
+        gpu,
+        pid,
         user="carol",
         command=f"python finetune.py --worker {pid}",
         create_time=1000.0 + pid,

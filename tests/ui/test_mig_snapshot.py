@@ -18,6 +18,7 @@ from gputui.ui.widgets.canvas import Line
 from gputui.ui.widgets.gpu_panes import GpuPanes
 from gputui.ui.widgets.layout import fit_fields
 from gputui.ui.widgets.palette import Palette
+from tests.builders import h100
 from tests.ui import world
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import lines
@@ -87,7 +88,7 @@ def _gpu(n: int) -> GpuSample:
         )
         for i in range(1, n + 1)
     )
-    return GpuSample(index=0, name="NVIDIA H100 80GB HBM3", mig_mode=True, mig=instances, mem_total=80 * GIB)
+    return h100(mig_mode=True, mig=instances)
 
 
 def test_more_instances_than_rows_end_with_a_count() -> None:

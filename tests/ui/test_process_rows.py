@@ -5,10 +5,12 @@ the row cache owned by whoever builds (no module global)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
-from gputui.model import ProcessRow, Snapshot
+from gputui.model import Category, ProcessRow, Snapshot
 from gputui.ui.widgets import process_rows
 from gputui.ui.widgets.process_rows import Folding, RowCache, View, build_rows, row_key
+from tests.builders import process_row, snapshot
 
 GIB = 1 << 30
 PYTHON = "/root/.pyenv/versions/3.11.7/bin/python3"
@@ -18,26 +20,24 @@ def rank_pid(gpu: int) -> int:
     return 5000 + 10 * gpu
 
 
-def _proc(gpu: int, pid: int, category: str, ppid: int, **kw: object) -> ProcessRow:
-    fields: dict[str, object] = dict(
-        gpu=gpu,
-        pid=pid,
-        kinds="C" if category == "ok" else "",
-        used_memory=60 * GIB if category == "ok" else None,
-        sm_util=90 if category == "ok" else None,
-        mem_util=40 if category == "ok" else None,
-        visible=True,
+def _proc(gpu: int, pid: int, category: Category, ppid: int, **kw: Any) -> ProcessRow:
+    """A rank ("ok": in NVML's list, busy) or a process that holds its GPU's device file."""
+    fields: dict[str, Any] = dict(
+        kinds="",
         user="alice",
         command=f"{PYTHON} -u train.py --lr 3e-4 --rank {gpu}",
-        cpu_percent=100.0 if category == "ok" else 20.0,
-        rss=10 * GIB if category == "ok" else GIB,
+        cpu_percent=20.0,
+        rss=GIB,
         create_time=1000.0 + pid,
         state="running",
         ppid=ppid,
         category=category,
     )
-    fields.update(kw)
-    return ProcessRow(**fields)  # type: ignore[arg-type]
+    if category == "ok":
+        fields.update(
+            kinds="C", used_memory=60 * GIB, sm_util=90, mem_util=40, cpu_percent=100.0, rss=10 * GIB
+        )
+    return process_row(gpu, pid, **{**fields, **kw})
 
 
 def job(ranks: int = 8, workers: int = 3, extra: tuple[ProcessRow, ...] = ()) -> Snapshot:
@@ -47,16 +47,7 @@ def job(ranks: int = 8, workers: int = 3, extra: tuple[ProcessRow, ...] = ()) ->
     for g in range(ranks):
         procs.append(_proc(g, rank_pid(g), "ok", 4000))
         procs += [_proc(g, rank_pid(g) + 1 + w, "worker", rank_pid(g)) for w in range(workers)]
-    return Snapshot(
-        time=10_000.0,
-        hostname="box",
-        source="test",
-        driver_version=None,
-        nvml_version=None,
-        cuda_driver_version=None,
-        gpus=(),
-        processes=(*procs, *extra),
-    )
+    return snapshot(time=10_000.0, source="test", gpus=(), processes=(*procs, *extra))
 
 
 def command(row: process_rows.TableRow) -> str:

@@ -13,10 +13,11 @@ from textual.pilot import Pilot
 
 from gputui import cells
 from gputui.collect.sources.replay import ReplaySampler
-from gputui.model import ProcessRow, Snapshot
+from gputui.model import Snapshot
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.widgets.process_rows import View
 from gputui.ui.widgets.process_table import SCROLL_STEP, ProcessTable, fit, skip_cells
+from tests.builders import holder_row
 from tests.ui import world
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import body, header_line, lines, shown_pids, table
@@ -179,14 +180,9 @@ async def test_left_and_right_scroll_the_command_and_keep_the_fold_mark() -> Non
 def _with_workers(snap: Snapshot) -> Snapshot:
     """The world's trainers, each with 3 data-loader workers that hold its GPU (class worker)."""
     workers = [
-        ProcessRow(
-            gpu=p.gpu,
-            pid=p.pid + 5 + w,
-            kinds="",
-            used_memory=None,
-            sm_util=None,
-            mem_util=None,
-            visible=True,
+        holder_row(
+            p.gpu,
+            p.pid + 5 + w,
             user=p.user,
             command=p.command,
             cpu_percent=30.0,

@@ -41,13 +41,16 @@ def app_on(cost: float, interval: float) -> tuple[GpuTuiApp, SlowSampler]:
 
 
 async def test_the_period_is_the_interval_whatever_a_sample_takes() -> None:
-    app, sampler = app_on(cost=0.08, interval=0.25)
+    # A sample takes most of the interval: on the schedule the gaps are 0.5 s, waiting a whole interval
+    # after each sample would make them 0.8 s. The bounds leave 0.15 s on either side of the good value,
+    # which a loaded box keeps (it delays a start by tens of ms); `make bench` (pace) holds the tight numbers.
+    app, sampler = app_on(cost=0.3, interval=0.5)
     async with app.run_test(size=(120, 40)) as pilot:
         await first_frame(pilot, app)
-        await until(pilot, lambda: len(sampler.started) >= 7, timeout=5.0)
+        await until(pilot, lambda: len(sampler.started) >= 7, timeout=20.0)
         gaps = [b - a for a, b in zip(sampler.started[1:], sampler.started[2:], strict=False)]
         # The median: a sample asked for at once (the app wakes the sampler for a new view) is one short gap.
-        assert 0.22 < statistics.median(gaps) < 0.29, gaps  # waiting a whole interval after each: 0.33
+        assert 0.35 < statistics.median(gaps) < 0.65, gaps
         assert app.header.took is None
 
 

@@ -15,6 +15,7 @@ from gputui.ui.screens.detail import memory_spark
 from gputui.ui.widgets.gpu_panes import GpuPanes
 from gputui.ui.widgets.layout import LINE_SCALE, LINE_TITLE
 from gputui.ui.widgets.spark import GLYPHS, MISSING, BucketSeries, Keep, axis, glyph, span_label, view_start
+from tests.builders import process_row
 from tests.ui import everyday, world
 from tests.ui.conftest import first_frame
 from tests.ui.drawn import lines
@@ -180,16 +181,7 @@ async def test_one_line_per_gpu_says_its_span_on_the_first_line() -> None:
 
 
 def _row(used: int) -> ProcessRow:
-    return ProcessRow(
-        gpu=4,
-        pid=4141,
-        kinds="C",
-        used_memory=used,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
-        create_time=T0 - 3600,
-    )
+    return process_row(4, 4141, used_memory=used, create_time=T0 - 3600)
 
 
 _BASE = world.snapshots(1, 1, weird=False)[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from gputui.collect.sources.demo import DemoSource
 from gputui.collect.sources.replay import ReplaySampler
 from gputui.model import GpuProcess, HostProcess, HostStats, ProcessRow, Snapshot, unaccounted_memory
+from tests.builders import holder_row, nvml_only_row, process_row
 
 START = 1_795_000_000.0  # the wall clock of the first snapshot
 LAUNCHER = 4000
@@ -21,25 +22,21 @@ def trainer_pid(gpu: int) -> int:
 
 def _row(gp: GpuProcess) -> ProcessRow:
     if gp.pid == GHOST:
-        return ProcessRow(
-            gpu=gp.gpu,
-            pid=gp.pid,
+        return nvml_only_row(
+            gp.gpu,
+            gp.pid,
             kinds=gp.kinds,
             used_memory=gp.used_memory,
             sm_util=gp.sm_util,
             mem_util=gp.mem_util,
-            visible=False,
-            category="nvml-only",
-            reason="in NVML's list but not visible here",
         )
-    return ProcessRow(
-        gpu=gp.gpu,
-        pid=gp.pid,
+    return process_row(
+        gp.gpu,
+        gp.pid,
         kinds=gp.kinds,
         used_memory=gp.used_memory,
         sm_util=gp.sm_util,
         mem_util=gp.mem_util,
-        visible=True,
         user="alice" if gp.gpu % 2 == 0 else "bob",
         name="python",
         command=f"python train.py --config configs/llama-7b.yaml --rank {gp.gpu}",
@@ -55,14 +52,9 @@ def _row(gp: GpuProcess) -> ProcessRow:
 
 def _worker_row(h: HostProcess) -> ProcessRow:
     gpu = ((h.ppid or 0) - trainer_pid(0)) // 10  # its rank's GPU
-    return ProcessRow(
-        gpu=gpu,
-        pid=h.pid,
-        kinds="",
-        used_memory=None,
-        sm_util=None,
-        mem_util=None,
-        visible=True,
+    return holder_row(
+        gpu,
+        h.pid,
         user=h.user,
         name=h.name,
         command=h.command,
@@ -135,14 +127,12 @@ def snapshots(
             procs.append(GpuProcess(gpu=1, pid=WEIRD_PID, kinds="C", used_memory=GIB, sm_util=3, mem_util=1))
         rows = [_row(p) for p in procs]
         if weird and gpus > 1:
-            rows[-1] = ProcessRow(
-                gpu=1,
-                pid=WEIRD_PID,
-                kinds="C",
+            rows[-1] = process_row(
+                1,
+                WEIRD_PID,
                 used_memory=GIB,
                 sm_util=3,
                 mem_util=1,
-                visible=True,
                 user="mallory",
                 name="python",
                 command=WEIRD_COMMAND,

@@ -136,9 +136,25 @@ class _Sim:
         self.uuid = "GPU-" + "-".join(f"{rng.getrandbits(b):0{b // 4}x}" for b in (32, 16, 16, 16, 48))
         self.ended_at: float | None = None  # when its trainer ended: from then on the GPU idles
         self.starved = index == STARVED_GPU
+        # noise(): the seeded draws of this second and of the one before (see there)
+        self._noise_second = -1
+        self._noise: dict[str, float] = {}
+        self._noise_last: dict[str, float] = {}
 
     def noise(self, t: float, spread: float, salt: str = "") -> float:
-        return random.Random(f"{self.seed}:{self.index}:{int(t)}{salt}").uniform(-spread, spread)
+        # Random.uniform(-spread, spread) of a Random seeded per (GPU, second, salt): the seeded draw is
+        # kept for the second (seeding is most of a demo tick's cost), the arithmetic is uniform's own.
+        second = int(t)
+        if second != self._noise_second:
+            self._noise_second, self._noise_last, self._noise = second, self._noise, {}
+        key = f"{self.seed}:{self.index}:{second}{salt}"
+        draw = self._noise.get(key)
+        if draw is None:
+            draw = self._noise_last.get(key)
+            if draw is None:
+                draw = random.Random(key).random()
+            self._noise[key] = draw
+        return -spread + (spread - -spread) * draw
 
     def stage(self, t: float) -> str:
         """Where the trainer is at `t`: train, eval, stall (the data loader cannot keep up) or ended."""

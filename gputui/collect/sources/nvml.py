@@ -918,12 +918,16 @@ class NvmlSource:
         samples = self._get(
             gpu, "proc_util", pynvml.nvmlDeviceGetProcessUtilization, gpu.handle, gpu.proc_util_ts
         )
-        latest: dict[int, Any] = {}
+        latest: dict[int, tuple[int, int, int]] = {}  # pid -> (time stamp, SM %, memory %)
+        newest = gpu.proc_util_ts
         for s in samples or ():
-            gpu.proc_util_ts = max(gpu.proc_util_ts, s.timeStamp)
+            # Each field read once: pynvml's structs read every field through a Python __getattribute__.
+            pid, stamp, sm, mem = s.pid, s.timeStamp, s.smUtil, s.memUtil
+            newest = max(newest, stamp)
             # NVML sometimes reports garbage above 100 %, and samples of processes already gone.
-            if s.pid not in running or s.smUtil > 100 or s.memUtil > 100:
+            if pid not in running or sm > 100 or mem > 100:
                 continue
-            if s.pid not in latest or s.timeStamp > latest[s.pid].timeStamp:
-                latest[s.pid] = s
-        return {pid: (s.smUtil, s.memUtil) for pid, s in latest.items()}
+            if pid not in latest or stamp > latest[pid][0]:
+                latest[pid] = (stamp, sm, mem)
+        gpu.proc_util_ts = newest
+        return {pid: (sm, mem) for pid, (_, sm, mem) in latest.items()}

@@ -45,7 +45,6 @@ class HostView(CellCanvas, can_focus=True):
     def __init__(self, name: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.host_name = name
-        self.palette = Palette.default()
 
     def watch_view(self) -> None:
         self.redraw()

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region
+from textual.reactive import var
 from textual.strip import Strip
 from textual.widget import Widget
 
 from gputui.cells import width as cells_of
 from gputui.ui._textual_compat import forget_dirty_regions
+from gputui.ui.widgets.palette import Palette
 from gputui.units import printable
 
 if TYPE_CHECKING:
@@ -178,13 +180,20 @@ def _whole_characters(span: tuple[int, int], old: list[Cell], new: list[Cell]) -
 
 
 class CellCanvas(Widget):
-    """Subclasses implement `build(width)`; call `redraw()` when their data changed."""
+    """Subclasses implement `build(width)` and redraw themselves when their state changes (a `var`
+    whose watcher calls `redraw()`): whoever sets the state draws nothing."""
+
+    # The theme's styles (the app hands a new one out on a theme change): the widget redraws with them.
+    palette: var[Palette] = var(Palette.default, init=False)
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._lines: list[list[Cell]] = []
         self._width = -1
         self._base: Style | None = None  # rich_style walks every ancestor's CSS: once per style change
+
+    def watch_palette(self) -> None:
+        self.redraw()
 
     def notify_style_update(self) -> None:  # the stylesheet changed (a theme, a pseudo-class)
         self._base = None

@@ -14,7 +14,6 @@ from gputui.export.fleet import FleetHost, spark_cells
 from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import PLAIN, Line
 from gputui.ui.widgets.cursor_table import CursorTable
-from gputui.ui.widgets.palette import Palette
 from gputui.ui.widgets.spark import DIP_GLYPH, glyph
 from gputui.units import NA, fmt_duration
 
@@ -100,7 +99,6 @@ class FleetTable(CursorTable):
         self.now = 0.0  # the time states ("stale 42s") are measured against
         self.window_label = ""
         self.empty_note = "no hosts yet"
-        self.palette = Palette.default()
 
     def _spark_cells(self, width: int) -> tuple[int, int]:
         """(cells per GPU, GPUs shown) for the widest host in the room left of `width`."""

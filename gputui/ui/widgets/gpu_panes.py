@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rich.style import Style
+from textual.reactive import var
 
 from gputui import cells
 from gputui.analyze.dip_causes import starved_sm
@@ -44,6 +45,7 @@ from gputui.ui.widgets.spark import (
     axis,
     bucket_seconds,
     draw_rows,
+    redraw_newest,
     span_label,
     view_start,
 )
@@ -117,13 +119,25 @@ class _Track:
         mark: Style | None = None,
     ) -> list[list[Cell]]:
         """The sparkline's rows, newest bucket at the right edge; redrawn only when its newest bucket,
-        size, style or dips changed."""
-        key = (series.buckets[-1] if series.buckets else None, width, rows, style_for, marked, mark)
+        size, style or dips changed, and only its newest cell when that bucket's value alone did."""
+        newest = series.buckets[-1] if series.buckets else None
+        key = (newest, width, rows, style_for, marked, mark)
         drawn = self._drawn.get(name)
-        if drawn is None or drawn[0] != key:
-            start = view_start(series.latest, width)
-            drawn = self._drawn[name] = (key, draw_rows(series, start, width, rows, style_for, marked, mark))
-        return drawn[1]
+        if drawn is not None and drawn[0] == key:
+            return drawn[1]
+        start = view_start(series.latest, width)
+        if drawn is not None and _same_bucket(drawn[0], key):
+            cells_ = redraw_newest(drawn[1], series, start, rows, style_for, marked, mark)
+        else:
+            cells_ = draw_rows(series, start, width, rows, style_for, marked, mark)
+        self._drawn[name] = (key, cells_)
+        return cells_
+
+
+def _same_bucket(was: tuple[object, ...], now: tuple[object, ...]) -> bool:
+    """Two keys of _Track.rows that differ at most in the newest bucket's value, not in which it is."""
+    old, new = was[0], now[0]
+    return isinstance(old, tuple) and isinstance(new, tuple) and old[0] == new[0] and was[1:] == now[1:]
 
 
 def short_name(name: str | None) -> str:
@@ -177,16 +191,16 @@ def throttle_variants(g: GpuSample) -> list[str]:
 class GpuPanes(CellCanvas):
     DEFAULT_CSS = tcss("GpuPanes")
 
+    selected_gpu: var[int | None] = var(None, init=False)  # marked ▶ (g); setting it redraws
+
     def __init__(self, history: History, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.history = history
         self.snapshot: Snapshot | None = None
-        self.selected_gpu: int | None = None
         self._interval = 1.0
         self.window = 300.0  # seconds the sparklines show at least; [ and ] zoom
         # gpu -> (first, last sample time) of the recent dips
         self.dips: dict[int, list[tuple[float, float]]] = {}
-        self.palette = Palette.default()
         self.choice = AUTO  # what `v` picked (persisted by name); AUTO: the engine decides
         self.gpu_layout: GpuLayout = layouts.choose(1, 80, 20)
         self._room: tuple[int, int] | None = None  # (width, rows shared with the table), from fit_room()
@@ -194,6 +208,9 @@ class GpuPanes(CellCanvas):
         self._bucket_s = 0.0
         self.xids: deque[XidEvent] = deque(maxlen=XIDS_KEPT)  # the recent Xid errors: a GPU's health mark
         self._names = 14  # cells of the widest GPU name
+
+    def watch_selected_gpu(self) -> None:
+        self.redraw()
 
     # -- layout ------------------------------------------------------------------------------------
 

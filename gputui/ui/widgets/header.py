@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import time
 
+from textual.reactive import var
+
 from gputui import cells
 from gputui.model import HostStats, Snapshot
 from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import CellCanvas, Line
 from gputui.ui.widgets.layout import Field, fit_fields
-from gputui.ui.widgets.palette import Palette
 from gputui.units import NA, fmt_bytes
 
 HEADER_LINES = 2
@@ -20,16 +21,26 @@ HOST_EVERY_S = 2.0  # the host line changes at most this often (htop: 1.5 s): ea
 class HeaderBar(CellCanvas):
     DEFAULT_CSS = tcss("HeaderBar")  # HEADER_LINES high
 
+    # Setting any of these redraws the header (_changed): the app sets state and draws nothing. A tick
+    # sets one, `snapshot`, so the header is built once per tick. always_update: the clock is the
+    # snapshot's, and a replay seek shows the same snapshot at a new position.
+    snapshot: var[Snapshot | None] = var(None, always_update=True, init=False)
+    interval: var[float] = var(1.0, init=False)
+    took: var[float | None] = var(None, init=False)  # a sample took longer than the interval: how long
+    paused: var[bool] = var(False, init=False)
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.snapshot: Snapshot | None = None
-        self.interval = 1.0
-        self.took: float | None = None  # a sample took longer than the interval: how long
-        self.paused = False
         self.note = "starting…"
-        self.replay: str | None = None  # "REPLAY 120/3600" when playing a recording
-        self.palette = Palette.default()
+        # "REPLAY 120/3600" when playing a recording: set with each snapshot, just before it, and drawn
+        # with it (a watcher of its own would build the header twice a tick).
+        self.replay: str | None = None
         self._host: tuple[float, HostStats | None] | None = None  # (snapshot time, stats) shown
+
+    def _changed(self) -> None:
+        self.redraw()
+
+    watch_snapshot = watch_interval = watch_took = watch_paused = _changed
 
     def build(self, width: int) -> list[Line]:
         p = self.palette

@@ -7,7 +7,7 @@ No widgets here: cells are Rich `Text` (never markup: a command line may contain
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Final, Literal, TypeAlias
 
@@ -19,7 +19,6 @@ from gputui.analyze.classify import OK, SUSPICIOUS, estimated
 from gputui.model import Category, HostProcess, Owner, ProcessRow
 from gputui.ui.widgets.canvas import PLAIN
 from gputui.ui.widgets.command_line import shorten
-from gputui.ui.widgets.dip_groups import compact_gpus
 from gputui.units import NA, fmt_bytes, fmt_duration, printable
 
 Proc: TypeAlias = ProcessRow | HostProcess
@@ -113,10 +112,51 @@ class Workers:
         return f"{'+' if self.folded else '-'}{len(self.pids)} "
 
 
+class CellMemo:
+    """The cells (Rich Text) and shortened command lines of this build and the last, by what they show.
+    A tick changes a few numbers of a row: its other cells are the same objects as the last build's
+    (never changed once made: tables only read them). Two builds at most, as RowCache: no cap to grow to.
+    """
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[str, Style | str, JustifyMethod | None], Text] = {}
+        self.now: dict[tuple[str, Style | str, JustifyMethod | None], Text] = {}
+        self.commands_last: dict[str, str] = {}
+        self.commands: dict[str, str] = {}
+
+    def text(self, text: str, style: Style | str, justify: JustifyMethod | None) -> Text:
+        """A column's cell; justify None: a command line's (no justify, no ellipsis of its own)."""
+        key = (text, style, justify)
+        cell = self.now.get(key)
+        if cell is None:
+            cell = self.last.get(key)
+            if cell is None:
+                if justify is None:
+                    cell = Text(text, style=style, no_wrap=True)
+                else:
+                    cell = Text(text, style=style, justify=justify, no_wrap=True, overflow="ellipsis")
+            self.now[key] = cell
+        return cell
+
+    def shorten(self, command: str) -> str:
+        short = self.commands.get(command)
+        if short is None:
+            short = self.commands_last.get(command)
+            if short is None:
+                short = shorten(command)
+            self.commands[command] = short
+        return short
+
+    def turn(self) -> None:
+        self.last, self.now = self.now, {}
+        self.commands_last, self.commands = self.commands, {}
+
+
 @dataclass(frozen=True)
 class ProcessCells:
     """What the cells of one process's row are drawn from. `share`: the part of its GPU's unaccounted
-    memory it likely holds (an estimate), if any; `branch`: the tree's lines before the command."""
+    memory it likely holds (an estimate), if any; `branch`: the tree's lines before the command; `memo`:
+    the cells of the last builds, reused (see CellMemo)."""
 
     p: Proc
     now: float
@@ -126,21 +166,21 @@ class ProcessCells:
     workers: Workers | None = None
     branch: str = ""
     share: int | None = None
+    memo: CellMemo = field(default_factory=CellMemo, compare=False, repr=False)
+    # Read by most cells of a row: set once here (a cached_property takes a lock per read in 3.11).
+    invisible: bool = field(init=False, compare=False, repr=False)
+    dim: Style = field(init=False, compare=False, repr=False)
+    folded: bool = field(init=False, compare=False, repr=False)
 
-    @cached_property
-    def invisible(self) -> bool:
-        return isinstance(self.p, ProcessRow) and not self.p.visible
-
-    @cached_property
-    def dim(self) -> Style:
-        return self.styles.get("dim", Style(dim=True))
+    def __post_init__(self) -> None:
+        p, workers = self.p, self.workers
+        object.__setattr__(self, "invisible", isinstance(p, ProcessRow) and not p.visible)
+        styles = self.styles
+        object.__setattr__(self, "dim", styles["dim"] if "dim" in styles else Style(dim=True))
+        object.__setattr__(self, "folded", workers is not None and workers.folded)
 
     def style(self, name: StyleName | Literal[""]) -> Style:
         return self.styles.get(name, PLAIN) if name else PLAIN
-
-    @cached_property
-    def folded(self) -> bool:
-        return self.workers is not None and self.workers.folded
 
     @cached_property
     def lead(self) -> str:
@@ -152,7 +192,7 @@ class ProcessCells:
         p = self.p
         if isinstance(p, ProcessRow) and not p.visible:
             return "(not visible here: another PID namespace, or gone)"
-        return shorten(p.command) if p.command else p.command
+        return self.memo.shorten(p.command) if p.command else p.command
 
     @cached_property
     def before(self) -> str:
@@ -165,13 +205,7 @@ class ProcessCells:
         return len(self.lead) + len(self.before) if self.command and not self.invisible else -1
 
     def cell(self, text: str, column: ColumnKey, style: Style | str = "") -> Text:
-        return Text(
-            text,
-            style=self.dim if self.invisible else style,
-            justify=BY_KEY[column].justify,
-            no_wrap=True,
-            overflow="ellipsis",
-        )
+        return self.memo.text(text, self.dim if self.invisible else style, BY_KEY[column].justify)
 
 
 @dataclass(frozen=True)
@@ -279,10 +313,10 @@ def _state_style(state: str | None) -> StyleName | Literal[""]:
 
 def _command_cell(c: ProcessCells) -> Text:
     # Text, never markup: a command line may contain "[/]" or escape sequences.
-    return Text(
+    return c.memo.text(
         c.lead + c.before + printable(c.command or NA),
-        style=c.dim if c.invisible or not isinstance(c.p, ProcessRow) else "",
-        no_wrap=True,
+        c.dim if c.invisible or not isinstance(c.p, ProcessRow) else "",
+        None,
     )
 
 
@@ -295,11 +329,18 @@ def _job_command(j: JobCells) -> Text:
     return Text(
         printable(  # JOB says whose: the name and what it runs here
             f"{name}{n} process{'es' if n > 1 else ''}"
-            + (f" on GPU {compact_gpus(j.gpus)}" if j.gpus else "")
+            + (f" on GPU {_compact_gpus(j.gpus)}" if j.gpus else "")
             + ("" if owner else " with no container, pod or SLURM job")
         ),
         no_wrap=True,
     )
+
+
+def _compact_gpus(gpus: list[int]) -> str:
+    # Imported here: the jobs view (J) is the only one that needs dip_groups, ~0.1 MiB of every start.
+    from gputui.ui.widgets.dip_groups import compact_gpus
+
+    return compact_gpus(gpus)
 
 
 def _job_user(j: JobCells) -> str | None:
@@ -360,7 +401,7 @@ COLUMNS: tuple[Column, ...] = (
         4,
         _gpu_attr("gpu"),
         _gpu_cell,
-        lambda j: j.cell(compact_gpus(j.gpus), "gpu"),
+        lambda j: j.cell(_compact_gpus(j.gpus), "gpu"),
         lambda j: j.gpus[0] if j.gpus else None,
         meaning="GPU index",
     ),

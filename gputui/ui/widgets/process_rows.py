@@ -18,6 +18,7 @@ from gputui.ui.widgets.process_columns import (
     COLUMN_KEYS,
     COLUMNS,
     NO_JOB,
+    CellMemo,
     Column,
     ColumnKey,
     JobCells,
@@ -353,6 +354,7 @@ class RowCache:
     def __init__(self) -> None:
         self.last: dict[tuple[object, ...], TableRow] = {}
         self.now: dict[tuple[object, ...], TableRow] = {}
+        self.memo = CellMemo()  # the cells themselves, for a row that changed in a few of them
 
     def get(self, key: tuple[object, ...], make: Callable[[], TableRow]) -> TableRow:
         row = self.now.get(key) or self.last.get(key) or make()
@@ -361,6 +363,7 @@ class RowCache:
 
     def turn(self) -> None:
         self.last, self.now = self.now, {}
+        self.memo.turn()
 
 
 class _RowMaker:
@@ -423,7 +426,8 @@ class _RowMaker:
         return self.cache.get(
             key,
             lambda: _make_row(
-                ProcessCells(p, now, self.styles, has_agent, with_reason, ws, branch, share), rank
+                ProcessCells(p, now, self.styles, has_agent, with_reason, ws, branch, share, self.cache.memo),
+                rank,
             ),
         )
 

@@ -19,6 +19,7 @@ siblings (see command_fit); the highlighted row is said in full in the free rows
 from __future__ import annotations
 
 from functools import lru_cache
+from operator import attrgetter
 
 from rich.style import Style
 from textual import events
@@ -28,7 +29,7 @@ from textual.message import Message
 from gputui import cells
 from gputui.model import Snapshot
 from gputui.ui.styles import tcss
-from gputui.ui.widgets.canvas import PLAIN, Line
+from gputui.ui.widgets.canvas import PLAIN, Cell, Line
 from gputui.ui.widgets.command_fit import squeeze, telling_words
 from gputui.ui.widgets.cursor_table import CursorTable
 from gputui.ui.widgets.process_rows import COLUMNS, Folding, RowCache, TableRow, View, build_rows
@@ -45,6 +46,7 @@ ALWAYS_SHOWN = frozenset({"pid", "command"})
 _CAPS = {"gpu": 8, "pid": 8, "user": 12, "state": 10, "job": 20}
 _JOB_CAP_IN_JOBS_VIEW = 40
 _NOTE_MIN_ROWS = 2  # a rule and one line: fewer free rows show no note
+_PLAIN = attrgetter("plain")  # a cell's text
 
 
 @lru_cache(maxsize=256)
@@ -103,6 +105,9 @@ class ProcessTable(CursorTable):
         # The last build's line of every row, by id: a row that did not change is the same TableRow
         # object (process_rows reuses them), so its line is reused rather than built again.
         self._built: dict[int, tuple[TableRow, tuple[object, ...], Line]] = {}
+        # The cells of one column's cell and its gap, by what they show: this build's and the last's.
+        self._pieces: dict[tuple[object, ...], list[Cell]] = {}
+        self._pieces_last: dict[tuple[object, ...], list[Cell]] = {}
         self.row_cache = RowCache()
         self.folding = Folding()
         self.command_offset = 0  # cells of COMMAND scrolled off to the left
@@ -208,11 +213,11 @@ class ProcessTable(CursorTable):
         if kind != self._needs_of:
             self._needs_of, self._needs = kind, {}
         needs = {i: self._needs.get(i, 0) for i in range(len(COLUMNS) - 1)}
-        for row in self.rows:
-            for i in needs:
-                text = row.cells[i].plain
-                if text:
-                    needs[i] = max(needs[i], cells.width(text))
+        columns = list(zip(*(row.cells for row in self.rows), strict=True))
+        for i in needs if columns else ():
+            # Rows that show the same value share its cell (CellMemo): each one measured once.
+            unique = dict(zip(map(id, columns[i]), columns[i], strict=True)).values()
+            needs[i] = max(needs[i], max(map(cells.width, filter(None, map(_PLAIN, unique))), default=0))
         self._needs = needs
         commands = {r.cells[-1].plain[r.command_at :] for r in self.rows if r.command_at >= 0}
         self._telling = telling_words(tuple(sorted(commands)))
@@ -280,6 +285,7 @@ class ProcessTable(CursorTable):
             built[id(row)] = (row, how, line)
             lines.append(line)
         self._built = built
+        self._pieces_last, self._pieces = self._pieces, {}
         self._show_note(width)
         return lines
 
@@ -313,23 +319,69 @@ class ProcessTable(CursorTable):
     ) -> Line:
         line = Line()
         last = len(COLUMNS) - 1
+        gap_style = cursor_style if on_cursor and focused else PLAIN
+        pieces, pieces_last = self._pieces, self._pieces_last
         for c, w in layout:
             cell, col = row.cells[c], COLUMNS[c]
-            style = _style(cell.style)
-            if tagged:
-                style = style + tag_style
-            if on_cursor:
-                style = style + cursor_style if focused else style + Style(underline=True)
             text = cell.plain
-            if c == last and command_offset:  # the fold mark and tree branches stay where they are
+            if c != last:
+                # A cell and its gap, drawn once per build for all the rows that show the same text the same
+                # way (a tick changes a few numbers per row). A blank cell takes the ink of the cells
+                # before it (Line.add): that ink is part of its key.
+                before = line.cells[-1][1] if line.cells and not text.strip(" ") else None
+                key = (
+                    text,
+                    w,
+                    col.justify,
+                    cell.style,
+                    tag_style if tagged else None,
+                    (cursor_style, focused) if on_cursor else None,
+                    before,
+                )
+                piece = pieces.get(key) or pieces_last.get(key)
+                if piece is None:
+                    piece = self._piece(text, w, col.justify, cell.style, tagged, on_cursor, focused, before)
+                pieces[key] = piece
+                line.cells += piece
+                continue
+            style = self._cell_style(cell.style, tagged, on_cursor, focused)
+            if command_offset:  # the fold mark and tree branches stay where they are
                 text = text[: row.lead] + skip_cells(text[row.lead :], command_offset)
-            elif c == last and row.command_at >= 0 and cells.width(text) > w:
-                before, command = text[: row.command_at], text[row.command_at :]
+            elif row.command_at >= 0 and cells.width(text) > w:
+                before_command, command = text[: row.command_at], text[row.command_at :]
                 keep = self._telling.get(command, frozenset())
-                text = before + squeeze(command, keep, w - cells.width(before))
+                text = before_command + squeeze(command, keep, w - cells.width(before_command))
             line.add(fit(text, w, col.justify), style)
-            line.add(" " * _GAP, cursor_style if on_cursor and focused else PLAIN)
+            line.add(" " * _GAP, gap_style)
         return line
+
+    def _cell_style(self, style: str | Style, tagged: bool, on_cursor: bool, focused: bool) -> Style:
+        out = _style(style)
+        if tagged:
+            out = out + self.tag_style
+        if on_cursor:
+            out = out + self.cursor_style if focused else out + Style(underline=True)
+        return out
+
+    def _piece(
+        self,
+        text: str,
+        width: int,
+        justify: str,
+        style: str | Style,
+        tagged: bool,
+        on_cursor: bool,
+        focused: bool,
+        before: Style | None,
+    ) -> list[Cell]:
+        """The cells of one cell of a row and the gap after it; `before`: the ink of the cell before a
+        blank one."""
+        line = Line()
+        if before is not None:
+            line.cells.append((" ", before))
+        line.add(fit(text, width, justify), self._cell_style(style, tagged, on_cursor, focused))
+        line.add(" " * _GAP, self.cursor_style if on_cursor and focused else PLAIN)
+        return line.cells[1:] if before is not None else line.cells
 
     def on_click(self, event: events.Click) -> None:
         """A click on a rank's `+3` / `-3` shows or folds its workers; anywhere else, CursorTable's handler

@@ -19,7 +19,6 @@ from gputui.cells import width as cells_of
 from gputui.model import ProcessRow, Snapshot
 from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import CellCanvas, Line
-from gputui.ui.widgets.dip_groups import compact_gpus
 from gputui.ui.widgets.palette import Palette
 from gputui.ui.widgets.process_rows import AGENT_ONLY, JOB, UNACCOUNTED, TableRow
 from gputui.ui.widgets.wrap import wrap_at_most, wrap_cells
@@ -74,6 +73,8 @@ def note_for(row: TableRow, snap: Snapshot | None) -> Note:
         members = {p.pid: p for p in row.members}
         owner = next((p.owner for p in members.values() if p.owner is not None), None)
         label = printable(owner.label + (f" ({owner.name})" if owner.name else "")) if owner else "no job"
+        from gputui.ui.widgets.dip_groups import compact_gpus  # (J only: see process_columns)
+
         gpus = compact_gpus(sorted({p.gpu for p in row.members if p.gpu is not None}))
         pids = ", ".join(str(pid) for pid in sorted(members))
         return Note(label, ((f"GPU {gpus or NA} · processes {pids}", PLAIN),))

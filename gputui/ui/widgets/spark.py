@@ -211,13 +211,42 @@ def draw_rows(
             for row in out:
                 row.append(blank)
             continue
-        v = values[n]
-        style = style_for(v)
-        glyphs = column(v, rows)
-        if n in marked:
-            style = style + mark if mark is not None else style
-            if n - 1 not in marked or n == start:  # a dip that began left of the view: marked at its edge
-                glyphs = (DIP_GLYPH, *glyphs[1:])
-        for row, ch in zip(out, glyphs, strict=True):
-            row.append((ch, style))
+        for row, cell in zip(out, _bucket(values[n], n, start, rows, style_for, marked, mark), strict=True):
+            row.append(cell)
     return out
+
+
+def redraw_newest(
+    drawn: list[list[Cell]],
+    series: BucketSeries,
+    start: int,
+    rows: int,
+    style_for: Callable[[float | None], Style],
+    marked: frozenset[int] = frozenset(),
+    mark: Style | None = None,
+) -> list[list[Cell]]:
+    """draw_rows' rows when, since `drawn` was drawn with the same arguments, only the value of the newest
+    bucket (the rightmost cell) changed: most ticks, as a bucket spans several. Its column alone is drawn
+    again."""
+    n, value = series.buckets[-1]
+    cells = _bucket(value, n, start, rows, style_for, marked, mark)
+    return [[*row[:-1], cell] for row, cell in zip(drawn, cells, strict=True)]
+
+
+def _bucket(
+    value: float | None,
+    n: int,
+    start: int,
+    rows: int,
+    style_for: Callable[[float | None], Style],
+    marked: frozenset[int],
+    mark: Style | None,
+) -> list[Cell]:
+    """The cells of bucket `n`, top row first (see draw_rows)."""
+    style = style_for(value)
+    glyphs = column(value, rows)
+    if n in marked:
+        style = style + mark if mark is not None else style
+        if n - 1 not in marked or n == start:  # a dip that began left of the view: marked at its edge
+            glyphs = (DIP_GLYPH, *glyphs[1:])
+    return [(ch, style) for ch in glyphs]

@@ -5,13 +5,13 @@ table gives that row back when it expires); longer still, it is cut with `…`, 
 from __future__ import annotations
 
 from rich.style import Style
+from textual.reactive import var
 from textual.timer import Timer
 
 from gputui.cells import cut
 from gputui.cells import width as cells
 from gputui.ui.styles import tcss
 from gputui.ui.widgets.canvas import CellCanvas, Line
-from gputui.ui.widgets.palette import Palette
 from gputui.ui.widgets.wrap import wrap_at_most, wrap_cells
 
 # How long a message stays: long enough to read; an error a little longer. A message that was still
@@ -23,14 +23,18 @@ MAX_LINES = 2
 class StatusLine(CellCanvas):
     DEFAULT_CSS = tcss("StatusLine")  # 2 while a long message is shown
 
+    # Processes whose open files could not be read (each snapshot's count): a new count redraws the line.
+    unreadable: var[int] = var(0, init=False)
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.message = ""
         self.severity = "information"
-        self.unreadable = 0
         self.filter_text = ""  # the active filter, shown until it is cleared
-        self.palette = Palette.default()
         self._expiry: Timer | None = None
+
+    def watch_unreadable(self) -> None:
+        self.redraw()
 
     def say(self, message: str, severity: str = "information", expire_s: float | None = None) -> None:
         """Show `message`; it clears itself after `expire_s` (by default EXPIRE_S[severity])."""
