@@ -93,8 +93,21 @@ def _payloads() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob("gputui-attach-*")}
 
 
+@pytest.fixture
+def own_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temporary directory of this test's alone, as /tmp is (world-writable, sticky): the agent copies
+    other tests make at the same time (xdist workers) are not counted as this attach's leftovers."""
+    top = Path(tempfile.mkdtemp(prefix="gputui-test-tmp-"))
+    top.chmod(0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(top))
+    try:
+        yield top
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 @needs_gdb
-def test_gdb_attach_starts_the_agent_and_the_loop_keeps_stepping(trainer: Trainer) -> None:
+def test_gdb_attach_starts_the_agent_and_the_loop_keeps_stepping(trainer: Trainer, own_tmp: Path) -> None:
     plan = check(trainer.pid)
     assert isinstance(plan, Plan) and plan.mechanism == "gdb" and not plan.already, plan
     assert AgentPoller().report(trainer.pid) is None  # no agent before

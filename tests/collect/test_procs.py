@@ -8,6 +8,7 @@ import sys
 import time
 import types
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 import pytest
@@ -272,3 +273,26 @@ def test_mixed_list_keeps_order_and_hides_nothing(sleeper: Sleeper) -> None:
         (0, missing, False),
         (0, b.pid, True),
     ]
+
+
+def test_a_process_seen_before_its_exec_shows_its_new_command(tmp_path: Path) -> None:
+    """A process first seen between fork and exec had its parent's command line; once it execs, the next
+    tick reads the new one (it was kept for good: the exporter served a hostile test's parent command)."""
+    go = tmp_path / "go"
+    script = (
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+        "os.execv('/bin/sleep', ['sleep', '29.5'])\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script, "gputui-before-exec"])
+    try:
+        joiner = ProcessJoiner()
+        (before,) = _rows(joiner, [_gp(child.pid)])
+        assert "gputui-before-exec" in (before.command or ""), before.command
+        go.touch()
+        assert wait_until(lambda: psutil.Process(child.pid).name() == "sleep", 10.0)
+        (after,) = _rows(joiner, [_gp(child.pid)])
+        assert after.command == "sleep 29.5" and after.name == "sleep", after
+    finally:
+        child.kill()
+        child.wait()

@@ -110,6 +110,7 @@ class _Stat:
     start_ticks: int  # since boot: with the PID, the identity of a process
     rss: int
     pgid: int = 0  # its process group; 0: unknown, or outside this PID namespace
+    comm: bytes = b""  # its name as the kernel keeps it: changes when the process execs
 
 
 _UNREADABLE = "unreadable"  # /proc/PID/stat exists but is not ours to read (/proc mounted hidepid=1)
@@ -134,6 +135,7 @@ def _read_stat(pid: int) -> _Stat | str | None:
             int(rest[19]),
             int(rest[21]) * _PAGE_SIZE,
             int(rest[2]),
+            data[data.find(b"(") + 1 : data.rfind(b")")],
         )
     except (IndexError, ValueError):
         return None
@@ -152,6 +154,7 @@ class _Known:
     cpu_percent: float | None = None  # over the interval between the last two readings
     seen_before: bool = False
     idle_since: float | None = None
+    comm: bytes = b""
 
 
 class ProcessJoiner:
@@ -316,7 +319,9 @@ class ProcessJoiner:
             return HostInfo(None, None, None, None, None, None, None, None)
         now = self.monotonic()
         known = self._known.get(pid)
-        if known is None or known.start_ticks != stat.start_ticks:  # new, or the PID was reused
+        # New, the PID reused, or the process exec'd since its first sight (seen between fork and exec, it
+        # had its parent's command line): each is read afresh.
+        if known is None or known.start_ticks != stat.start_ticks or known.comm != stat.comm:
             known = self._first_sight(pid, stat, now)
             if known is None:
                 return None
@@ -366,6 +371,7 @@ class ProcessJoiner:
                     stat.cpu_ticks,
                     now,
                     idle_since=now,
+                    comm=stat.comm,
                 )
         except (psutil.NoSuchProcess, ValueError):
             self._known.pop(pid, None)
