@@ -612,12 +612,7 @@ class GpuPanes(CellCanvas):
         modes = _modes(g)
         if modes:
             out.append(Field.of(P_MODES, ("  " + modes, p.dim)))
-        if health := self._health_mark(g, "  "):
-            out.append(health)
-        if reasons := self._reasons(g, "  "):
-            out.append(reasons)
-        if starved := self._starved(g, "  "):
-            out.append(starved)
+        out.extend(self._warnings(g, "  "))
         if g.enc_util or g.dec_util:
             enc_dec = (
                 ("  ENC ", p.dim),
@@ -664,6 +659,10 @@ class GpuPanes(CellCanvas):
         steps = (P_SHORTER,) * (len(variants) - 2) + (P_WHY,)
         return Field(P_WHY, tuple(((gap + text, style),) for text in variants), steps)
 
+    def _warnings(self, g: GpuSample, sep: str) -> list[Field]:
+        """Health, throttle reasons and the starved callout: what a GPU line keeps last as it shortens."""
+        return [f for f in (self._health_mark(g, sep), self._reasons(g, sep), self._starved(g, sep)) if f]
+
     def _health_mark(self, g: GpuSample, gap: str) -> Field | None:
         """The worst of the GPU's health problems (Xid, ECC, row remapping, PCIe link), and how many more:
         ` ✖ Xid 79 +1`; `e` lists them with what to do."""
@@ -691,12 +690,7 @@ class GpuPanes(CellCanvas):
             out.append(Field.of(P_FAN, (f" FAN{g.fan:>3}%", p.plain)))
         if g.pcie_rx is not None or g.pcie_tx is not None:
             out.append(Field.of(P_PCIE, (" PCIe " + _rates(g.pcie_rx, g.pcie_tx), p.plain)))
-        if health := self._health_mark(g, " "):
-            out.append(health)
-        if reasons := self._reasons(g, " "):
-            out.append(reasons)
-        if starved := self._starved(g, " "):
-            out.append(starved)
+        out.extend(self._warnings(g, " "))
         if g.enc_util or g.dec_util:
             out.append(Field.of(P_EXTRA, (f" ENC{_pct(g.enc_util)} DEC{_pct(g.dec_util)}", p.plain)))
         if g.mig_mode:
