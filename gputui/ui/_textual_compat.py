@@ -35,10 +35,24 @@ changed, and the work-around may go.
    rendering). Work-around: `forget_dirty_regions`, after each partial refresh; the repaint itself uses
    Widget._repaint_regions, which it leaves alone.
    Test: test_upstream_refresh_still_keeps_regions_a_custom_render_line_never_clears.
+
+6. LinuxDriver's input thread wakes every 0.1 s whether or not a key came (select(0.1) in a loop, for
+   the escape key's delay and to see its exit event): ten wakeups a second, ~0.07 % of a core of an
+   idle monitor (`make bench`'s box: 7 % of gputui's CPU). No upstream issue found. Work-around:
+   `QuietLinuxDriver`, whose thread sleeps until input comes, the parser's escape delay is due, or its
+   exit event is set (which writes to a pipe the thread also waits on). `driver_class` hands it out where
+   Textual would use LinuxDriver and its parser still keeps the delay where this reads it.
+   Test: test_upstream_input_thread_still_polls.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import selectors
+import threading
+import time
+from codecs import getincrementaldecoder
 from typing import Any, TypeVar
 
 from rich.cells import cell_len
@@ -47,6 +61,7 @@ from rich.control import Control
 from rich.segment import Segment
 from textual.app import App
 from textual.await_complete import AwaitComplete
+from textual.driver import Driver
 from textual.screen import ModalScreen
 from textual.strip import Strip
 from textual.widget import Widget
@@ -203,3 +218,102 @@ def forget_dirty_regions(widget: Widget) -> None:
     regions = getattr(widget, "_dirty_regions", None)
     if isinstance(regions, set):
         regions.clear()
+
+
+# -- 6. an input thread that sleeps until there is input ------------------------------------------
+
+try:  # not on Windows (termios), where Textual uses its WindowsDriver anyway
+    from textual._xterm_parser import XTermParser
+    from textual.drivers.linux_driver import LinuxDriver
+except ImportError:  # pragma: no cover
+    LinuxDriver = None  # type: ignore[assignment,misc]
+
+
+class _WakingEvent(threading.Event):
+    """The driver's exit event: setting it also wakes the input thread's select."""
+
+    def __init__(self, wake: int) -> None:
+        super().__init__()
+        self._wake = wake
+
+    def set(self) -> None:
+        super().set()
+        if self._wake >= 0:
+            with contextlib.suppress(OSError):  # the pipe is full: a wakeup is already pending
+                os.write(self._wake, b"x")
+
+    def close(self) -> None:
+        wake, self._wake = self._wake, -1  # never written after: its number may be reused
+        with contextlib.suppress(OSError):
+            os.close(wake)
+
+
+def _parser_keeps_its_delay() -> bool:
+    return LinuxDriver is not None and "_timeout_time" in vars(XTermParser())
+
+
+if LinuxDriver is not None:
+
+    class QuietLinuxDriver(LinuxDriver):
+        """LinuxDriver whose input thread sleeps until input comes, the escape delay is due, or input is
+        disabled (see 6 above)."""
+
+        def __init__(self, app: App[Any], **kwargs: Any) -> None:
+            super().__init__(app, **kwargs)
+            self._wake_read, wake_write = os.pipe()
+            os.set_blocking(self._wake_read, False)
+            os.set_blocking(wake_write, False)
+            self.exit_event: _WakingEvent = _WakingEvent(wake_write)
+
+        def run_input_thread(self) -> None:
+            parser = XTermParser(self._debug)
+            decode = getincrementaldecoder("utf-8")().decode
+            # select(), as upstream: epoll and kqueue do not watch a terminal on every platform.
+            with selectors.SelectSelector() as selector:
+                selector.register(self.fileno, selectors.EVENT_READ)
+                selector.register(self._wake_read, selectors.EVENT_READ)
+                while not self.exit_event.is_set():
+                    due: float | None = parser._timeout_time  # a lone ESC waits this long for more
+                    timeout = None if due is None else max(0.0, due - time.monotonic())
+                    for key, _ in selector.select(timeout):
+                        if key.fd == self._wake_read:
+                            self._drain_wakeups()
+                        elif not self._feed(parser, decode):
+                            # End of input (the terminal is gone): nothing to wait for but the exit
+                            # event; upstream spins here until the hang-up guard ends the app.
+                            selector.unregister(self.fileno)
+                    for event in parser.tick():
+                        self.process_message(event)
+            self._drain_wakeups()  # disable_input clears the event; a later thread starts quiet
+
+        def _feed(self, parser: XTermParser, decode: Any) -> bool:
+            """Read what came and send its events; False at the end of input."""
+            try:
+                data = os.read(self.fileno, 4096)
+            except OSError:  # EIO: the terminal hung up
+                return False
+            if not data:
+                return False
+            for event in parser.feed(decode(data)):
+                self.process_message(event)
+            return True
+
+        def _drain_wakeups(self) -> None:
+            with contextlib.suppress(OSError):  # nothing left in it
+                while os.read(self._wake_read, 64):
+                    pass
+
+        def close(self) -> None:
+            super().close()
+            self.exit_event.close()
+            with contextlib.suppress(OSError):
+                os.close(self._wake_read)
+
+
+def driver_class(upstream: type[Driver]) -> type[Driver]:
+    """The driver to run with: QuietLinuxDriver where Textual picked LinuxDriver and its parser still
+    keeps the escape delay where QuietLinuxDriver reads it; `upstream` otherwise (Windows, a driver
+    named in TEXTUAL_DRIVER, a Textual that changed)."""
+    if upstream is LinuxDriver and _parser_keeps_its_delay():
+        return QuietLinuxDriver
+    return upstream

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from textual.app import App, SystemCommand
 from textual.await_complete import AwaitComplete
 from textual.binding import BindingType
+from textual.driver import Driver
 from textual.reactive import var
 from textual.screen import Screen
 
@@ -51,6 +52,9 @@ class BaseApp(App[int]):
         self.theme = DEFAULT_THEME
 
     # -- start and end -----------------------------------------------------------------------------
+
+    def get_driver_class(self) -> type[Driver]:
+        return _textual_compat.driver_class(super().get_driver_class())
 
     async def run_async(self, **kwargs: Any) -> int:
         _textual_compat.install()  # the real program's only way in (run_test drives the app directly)

@@ -4,12 +4,23 @@ docstring and drop the work-around if it is no longer needed."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+import time
+import tty
+from collections.abc import Iterable
+from typing import Any
+
 import pytest
 from rich.console import Console
 from rich.control import Control
 from rich.segment import Segment
+from textual import events
 from textual.app import App, ComposeResult, ScreenStackError
 from textual.geometry import Region
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.strip import Strip
 from textual.widget import Widget
@@ -17,6 +28,7 @@ from textual.widgets import Static
 
 from gputui.ui import _textual_compat
 from gputui.ui._textual_compat import DismissOnce
+from tests.helpers import wait_until
 
 
 def _update(text: str, span: tuple[int, int]) -> object:
@@ -192,3 +204,98 @@ async def test_forget_dirty_regions_empties_them_and_leaves_the_repaint_alone() 
         assert not widget._dirty_regions
         assert Region(1, 0, 1, 1) in widget._repaint_regions  # still painted
     _textual_compat.forget_dirty_regions(Static())  # a widget never mounted: nothing to do
+
+
+# -- 6. the input thread ---------------------------------------------------------------------------
+
+
+class _Input:
+    """A driver's input thread reading a pseudo-terminal: what it sent, and how often it woke."""
+
+    def __init__(self, driver_class: type[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+        from textual._xterm_parser import XTermParser
+
+        self.messages: list[Message] = []
+        self.wakeups = 0
+        upstream_tick = XTermParser.tick
+
+        def tick(parser: XTermParser) -> Iterable[Message]:
+            self.wakeups += 1  # each turn of the thread's loop ends with one
+            return upstream_tick(parser)
+
+        monkeypatch.setattr(XTermParser, "tick", tick)
+        # The driver installs SIGTSTP and SIGCONT handlers of its own: put back after.
+        self.handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTSTP, signal.SIGCONT)}
+        messages = self.messages
+
+        class Collecting(driver_class):  # type: ignore[misc]
+            def process_message(self, message: Message) -> None:
+                messages.append(message)
+
+        self.master, slave = os.openpty()
+        tty.setraw(slave)  # as the driver puts its terminal: each byte readable as it comes
+        self.driver = Collecting(App())
+        self.driver.fileno = slave
+        self.slave = slave
+        self.thread = threading.Thread(target=self.driver.run_input_thread, daemon=True)
+
+    def __enter__(self) -> _Input:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.driver.exit_event.set()
+        self.thread.join(5)
+        self.driver.close()
+        for fd in (self.master, self.slave):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for sig, handler in self.handlers.items():
+            signal.signal(sig, handler)
+
+    def keys(self) -> list[str]:
+        return [m.key for m in self.messages if isinstance(m, events.Key)]
+
+
+async def test_upstream_input_thread_still_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual 8.2.8's LinuxDriver wakes every 0.1 s with no input at all."""
+    from textual.drivers.linux_driver import LinuxDriver
+
+    with _Input(LinuxDriver, monkeypatch) as idle:
+        time.sleep(0.6)
+        assert idle.wakeups >= 4
+
+
+async def test_the_quiet_driver_sleeps_until_a_key_and_keeps_the_escape_delay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    driver = _textual_compat.driver_class(App().get_driver_class())
+    assert driver is _textual_compat.QuietLinuxDriver  # what a gputui app runs with on Linux
+    with _Input(driver, monkeypatch) as quiet:
+        time.sleep(0.6)
+        assert quiet.wakeups <= 1  # (upstream: 6)
+        os.write(quiet.master, b"a")
+        assert wait_until(lambda: quiet.keys() == ["a"], timeout=2)
+        os.write(quiet.master, b"\x1b")  # a lone ESC is the escape key once the delay is over
+        assert wait_until(lambda: quiet.keys() == ["a", "escape"], timeout=2)
+        os.write(quiet.master, b"\x1b[A")  # a whole sequence is one key at once
+        assert wait_until(lambda: quiet.keys() == ["a", "escape", "up"], timeout=2)
+        woke = quiet.wakeups
+        time.sleep(0.4)
+        assert quiet.wakeups == woke  # asleep again
+        started = time.monotonic()
+        quiet.driver.exit_event.set()
+        quiet.thread.join(2)
+        assert not quiet.thread.is_alive() and time.monotonic() - started < 0.2  # woken, not polled
+
+
+async def test_the_quiet_driver_neither_spins_on_a_closed_terminal_nor_misses_its_exit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with _Input(_textual_compat.QuietLinuxDriver, monkeypatch) as gone:
+        os.close(gone.master)  # the terminal went away: its input reads as end of file (or an error)
+        time.sleep(0.4)
+        assert gone.wakeups <= 3 and gone.thread.is_alive()
+        gone.driver.exit_event.set()
+        gone.thread.join(2)
+        assert not gone.thread.is_alive()
