@@ -8,6 +8,7 @@ from rich.style import Style
 from textual.app import App, ComposeResult
 from textual.color import Color
 from textual.geometry import Region
+from textual.strip import Strip
 
 from gputui.cells import width
 from gputui.ui.widgets.canvas import (
@@ -224,3 +225,39 @@ async def test_a_line_more_or_less_repaints_that_line_not_the_widget() -> None:
         assert board.asked == [(Region(0, 2, 5, 1),), (Region(4, 1, 1, 1), Region(0, 2, 5, 1))]
         await pilot.pause()
         assert "".join(s.text for s in board.render_line(2)).strip() == ""
+
+
+class Framed(Board):
+    DEFAULT_CSS = "Framed { height: 5; border: round red; padding: 0 1; }"
+
+
+class TwoBoardsApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Board()
+        yield Framed()
+
+
+def texts(strips: list[Strip]) -> list[str]:
+    return ["".join(s.text for s in strip) for strip in strips]
+
+
+async def test_a_plain_canvas_hands_over_its_own_strips_as_textual_would_draw_them() -> None:
+    """Lines straight from the canvas (StylesCache bypassed), the same segments and styles as Textual's
+    own path, the app's colour filter applied and the crop honoured; a changed line drawn anew."""
+    app = TwoBoardsApp()
+    async with app.run_test(size=(60, 9)) as pilot:
+        board, framed = app.query_one(Board), app.query_one(Framed)
+        for canvas in (board, framed):
+            canvas.redraw()
+        await pilot.pause()
+        for crop in (Region(0, 0, 60, 3), Region(7, 0, 9, 1)):
+            mine = board.render_lines(crop)
+            theirs = board._styles_cache.render_widget(board, crop)
+            assert texts(mine) == texts(theirs) and [list(s) for s in mine] == [list(s) for s in theirs]
+        assert texts(board.render_lines(Region(7, 0, 9, 1))) == ["util  42%"]
+        board.text = ["gpu 0  util  43%  python train.py --epochs 9…"]
+        board.redraw()
+        assert texts(board.render_lines(Region(7, 0, 9, 1))) == ["util  43%"]
+        # A border and padding are Textual's to draw: that canvas goes the usual way.
+        drawn = texts(framed.render_lines(Region(0, 0, 60, 3)))
+        assert drawn[0].startswith("╭") and drawn[1].startswith("│ gpu 0")

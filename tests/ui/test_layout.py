@@ -126,6 +126,16 @@ def test_a_field_is_shortened_before_it_is_dropped_and_priority_0_is_only_ever_c
     assert text(tiny) == "UTIL …" and cells.width(text(tiny)) == 6
 
 
+def test_a_field_whose_steps_are_out_of_order_is_refused() -> None:
+    """Its steps are taken in their order: a shortening of lower priority than its dropping (or than the
+    shortening after it) could never be taken before it."""
+    with pytest.raises(ValueError, match="in their order"):
+        Field(3, ((("631/700W", None),), (("631W", None),)), shorten=(1,))
+    with pytest.raises(ValueError):
+        Field(1, ((("a", None),), (("b", None),)), shorten=(1, 1))  # one step per shortening
+    assert Field(1, ((("631/700W", None),), (("631W", None),)), shorten=(5,)).steps == (5, 1)
+
+
 def test_width_is_counted_in_cells() -> None:
     f = [Field.of(0, ("名前", None)), Field.of(1, (" 漢字", None))]
     assert text(fit_fields(f, 9)) == "名前 漢字"

@@ -174,56 +174,79 @@ def next_choice(current: str) -> str:
 Segment = tuple[str, Any]  # text and its style (a Rich Style in the UI; anything here)
 
 
-@dataclass(frozen=True)
 class Field:
     """One item of a summary line. `priority`: 0 is never dropped (only shortened), higher goes first.
     `variants`: the item from its full form to its shortest. `shorten`: the priority of each step from
     one variant to the next (default: the field's own), so that a field may shorten long before it is
     dropped (`631/700W` → `631W` before the clocks go) or keep its telling short form long after
-    (`⚠ thermal` outlives the temperature; only then `⚠`)."""
+    (`⚠ thermal` outlives the temperature; only then `⚠`).
 
-    priority: int
-    variants: tuple[tuple[Segment, ...], ...]
-    shorten: tuple[int, ...] = ()
+    Every GPU makes ~11 of them a tick: what fit_fields needs (each step's priority, each variant's width)
+    is worked out once, here."""
 
-    def __post_init__(self) -> None:
-        assert not self.shorten or len(self.shorten) == len(self.variants) - 1, self
-        assert self.steps() == sorted(self.steps(), reverse=True), self  # taken in their order
+    __slots__ = ("_widths", "priority", "shorten", "steps", "variants", "width")
+
+    def __init__(
+        self, priority: int, variants: tuple[tuple[Segment, ...], ...], shorten: tuple[int, ...] = ()
+    ) -> None:
+        self.priority, self.variants, self.shorten = priority, variants, shorten
+        # The priority of each way it gives room: each shortening, then (unless priority 0) dropping.
+        if len(variants) == 1 and not shorten:  # most fields (Field.of): nothing to check
+            self.steps: tuple[int, ...] = (priority,) if priority > 0 else ()
+        else:
+            steps = list(shorten) if shorten else [priority] * (len(variants) - 1)
+            if priority > 0:
+                steps.append(priority)
+            if (shorten and len(shorten) != len(variants) - 1) or steps != sorted(steps, reverse=True):
+                raise ValueError(f"a field's steps are taken in their order: {steps} ({variants})")
+            self.steps = tuple(steps)
+        self.width = _width(variants[0])  # in full; the shorter variants' only when a line overflows
+        self._widths: tuple[int, ...] | None = None
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """Each variant's width."""
+        if self._widths is None:
+            self._widths = (self.width, *map(_width, self.variants[1:]))
+        return self._widths
+
+    def __repr__(self) -> str:
+        return f"Field({self.priority}, {self.variants}, {self.shorten})"
 
     @staticmethod
     def of(priority: int, *segments: Segment) -> Field:
         return Field(priority, (segments,))
-
-    def steps(self) -> list[int]:
-        """The priority of each way it gives room: each shortening, then (unless priority 0) dropping."""
-        shorten = list(self.shorten) or [self.priority] * (len(self.variants) - 1)
-        return shorten + ([self.priority] if self.priority > 0 else [])
 
 
 def segments_width(segments: Sequence[Segment]) -> int:
     return sum(cells.width(text) for text, _ in segments)
 
 
+def _width(segments: Sequence[Segment]) -> int:
+    if len(segments) == 1:
+        return cells.width(segments[0][0])
+    return cells.width("".join(t for t, _ in segments))
+
+
 def fit_fields(fields: Sequence[Field], width: int, ellipsis_style: Any = None) -> list[Segment]:
     """The fields, in their order, in at most `width` cells: the steps of the highest priority are
     taken first (each field's shortening, then its dropping; on a tie the later field's first), until
     the rest fit; a line that lost anything ends with ` …`."""
-    # Each variant's width once, and a running total: this runs for every GPU on every tick.
-    widths = [[segments_width(v) for v in f.variants] + [0] for f in fields]  # last: dropped
-    chosen = [0] * len(fields)  # index into widths[k]; len(variants) = dropped
-    total = sum(w[0] for w in widths)
+    total = sum(f.width for f in fields)
     if total <= width:
         return [s for f in fields for s in f.variants[0]]
+    chosen = [0] * len(fields)  # index into the field's variants; len(variants): dropped
     room = width - 2  # " …"
     steps = sorted(
-        ((p, k, i) for k, f in enumerate(fields) for i, p in enumerate(f.steps())),
+        ((p, k, i) for k, f in enumerate(fields) for i, p in enumerate(f.steps)),
         key=lambda step: (-step[0], -step[1], step[2]),
     )
     for _, k, i in steps:
         if total <= room:
             break
         if chosen[k] == i:  # (a field's steps are taken in their order)
-            total -= widths[k][i] - widths[k][i + 1]
+            widths = fields[k].widths
+            total -= widths[i] - (widths[i + 1] if i + 1 < len(widths) else 0)
             chosen[k] = i + 1
     out = [s for f, i in zip(fields, chosen, strict=True) if i < len(f.variants) for s in f.variants[i]]
     out.append((" …", ellipsis_style))
