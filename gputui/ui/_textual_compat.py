@@ -43,6 +43,20 @@ changed, and the work-around may go.
    exit event is set (which writes to a pipe the thread also waits on). `driver_class` hands it out where
    Textual would use LinuxDriver and its parser still keeps the delay where this reads it.
    Test: test_upstream_input_thread_still_polls.
+
+7. Strip.divide() at the strip's own end returns [self] and keeps that list in the strip's own cache: the
+   strip refers to itself. The compositor divides every line it draws, so every line drawn became
+   cyclic garbage, freed only when Python's full collection ran (every few minutes): the monitor's
+   memory crept up by ~1 MiB a minute in between (`make bench`'s box). No upstream issue found.
+   Work-around: `_divide`, which answers that case without caching it; installed by `install()`.
+   Test: test_upstream_divide_at_the_end_still_keeps_the_strip_in_itself.
+
+8. Region's methods (translate, intersection, __contains__, ...) are lru caches of 1,024 to 4,096
+   entries each, kept for the life of the process. A canvas repaints spans at new places every tick,
+   so they fill for many minutes (~0.3 MiB a minute on the bench's box, ~2 MiB once full). No upstream
+   issue found (bounded caches, by design). Work-around: `trim_geometry_caches`, which BaseApp calls
+   every GEOMETRY_TRIM_S; they are pure, so emptying them changes nothing but their hit rate.
+   Test: test_upstream_region_methods_are_still_caches.
 """
 
 from __future__ import annotations
@@ -53,6 +67,7 @@ import selectors
 import threading
 import time
 from codecs import getincrementaldecoder
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from rich.cells import cell_len
@@ -72,6 +87,7 @@ TEXTUAL_VERSION = "8.2.8"  # the version every work-around here was measured on
 
 _installed = False
 _upstream_render_segments: Any = None  # Textual's own, kept for the test that watches upstream
+_upstream_divide: Any = None
 
 
 # -- 1. partial updates ----------------------------------------------------------------------------
@@ -145,7 +161,7 @@ def _chops_update_has_expected_shape() -> bool:
 def install() -> bool:
     """Patch Textual's partial updates, once per process; False (and no change) if its internals are not
     what this was written for."""
-    global _installed, _upstream_render_segments
+    global _installed, _upstream_render_segments, _upstream_divide
     if _installed:
         return True
     if not _chops_update_has_expected_shape():
@@ -153,8 +169,10 @@ def install() -> bool:
     from textual._compositor import ChopsUpdate
 
     _upstream_render_segments = ChopsUpdate.render_segments
-    # The patch itself: mypy forbids assigning to a method, which is what patching one is.
+    # The patches themselves: mypy forbids assigning to a method, which is what patching one is.
     ChopsUpdate.render_segments = _render_segments  # type: ignore[method-assign]
+    _upstream_divide = Strip.divide
+    Strip.divide = _divide  # type: ignore[method-assign]
     _installed = True
     return True
 
@@ -174,6 +192,41 @@ def upstream_render_segments() -> Any:
 
 def patched_render_segments() -> Any:
     return _render_segments
+
+
+# -- 7. a strip that keeps itself ------------------------------------------------------------------
+
+
+def _divide(self: Strip, cuts: Iterable[int]) -> Sequence[Strip]:
+    """Strip.divide, but a cut at the strip's own end (the whole strip) is answered without keeping
+    [self] in the strip's cache (see 7 above)."""
+    cuts = list(cuts)
+    length = self.cell_length
+    if [cut for cut in cuts if cut <= length] == [length]:
+        return [self]
+    return upstream_divide()(self, cuts)  # type: ignore[no-any-return]
+
+
+def upstream_divide() -> Any:
+    """Textual's Strip.divide, patched or not."""
+    return _upstream_divide if _upstream_divide is not None else Strip.divide
+
+
+# -- 8. Region's caches ----------------------------------------------------------------------------
+
+GEOMETRY_TRIM_S = 10.0
+
+
+def geometry_caches() -> list[Any]:
+    """The lru caches among Region's methods."""
+    from textual.geometry import Region
+
+    return [f for f in vars(Region).values() if callable(getattr(f, "cache_clear", None))]
+
+
+def trim_geometry_caches() -> None:
+    for cache in geometry_caches():
+        cache.cache_clear()
 
 
 # -- 2. dismiss once -------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ class BaseApp(App[int]):
 
     def on_mount(self) -> None:
         self.palette = Palette.from_theme(self.current_theme)
+        self.set_interval(_textual_compat.GEOMETRY_TRIM_S, _textual_compat.trim_geometry_caches)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
 
     def _theme_changed(self, _theme: object) -> None:

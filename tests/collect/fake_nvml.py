@@ -1258,7 +1258,9 @@ class FakeNvml:
                 count.value = needed
                 self._grow(gpu, kind)
                 return INSUFFICIENT_SIZE
-            out = ctypes.cast(buf, ctypes.POINTER(struct))
+            # The caller's buffer seen as this struct (not ctypes.cast: it ties the two in a reference
+            # cycle, garbage only the cyclic collector frees; the driver writes C memory and makes none).
+            out = (struct * capacity).from_address(ctypes.addressof(buf))
             for i, p in enumerate(procs):
                 out[i].pid = p.pid
                 out[i].usedGpuMemory = NOT_AVAILABLE if p.memory is None else p.memory

@@ -5,6 +5,7 @@ docstring and drop the work-around if it is no longer needed."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import threading
@@ -28,7 +29,7 @@ from textual.widgets import Static
 
 from gputui.ui import _textual_compat
 from gputui.ui._textual_compat import DismissOnce
-from tests.helpers import wait_until
+from tests.helpers import until, wait_until
 
 
 def _update(text: str, span: tuple[int, int]) -> object:
@@ -299,3 +300,60 @@ async def test_the_quiet_driver_neither_spins_on_a_closed_terminal_nor_misses_it
         gone.driver.exit_event.set()
         gone.thread.join(2)
         assert not gone.thread.is_alive()
+
+
+# -- 7. a strip that keeps itself ------------------------------------------------------------------
+
+
+def test_upstream_divide_at_the_end_still_keeps_the_strip_in_itself() -> None:
+    """Textual 8.2.8: Strip.divide([its length]) caches [self] in the strip: a reference cycle."""
+    strip = Strip([Segment("0123456789")])
+    assert _textual_compat.upstream_divide()(strip, [10]) == [strip]
+    assert strip._divide_cache.get((10,)) == [strip]
+
+
+def test_dividing_strips_leaves_no_cyclic_garbage() -> None:
+    """What the compositor does to every line it draws; with the patch, a line no longer drawn is freed at
+    once, not at Python's next full collection."""
+    _textual_compat.install()
+
+    def garbage_after(divide: Any) -> int:
+        gc.collect()
+        gc.disable()
+        try:
+            for n in range(200):
+                strip = Strip([Segment(f"gpu {n}  util {n % 100:>3}%")])
+                divide(strip, [strip.cell_length])
+                divide(strip, [4, strip.cell_length])  # a real cut: cached, and no cycle either
+            return gc.collect()
+        finally:
+            gc.enable()
+
+    assert garbage_after(_textual_compat.upstream_divide()) >= 200  # (each such strip is a cycle)
+    assert garbage_after(Strip.divide) == 0  # patched
+    strip = Strip([Segment("0123456789")])
+    assert [s.text for s in strip.divide([4, 10])] == ["0123", "456789"]
+    assert strip.divide([10]) == [strip] and strip.divide([12]) == []  # as upstream: past the end
+    assert _textual_compat.upstream_divide()(strip, [12]) == []
+
+
+# -- 8. Region's caches ----------------------------------------------------------------------------
+
+
+def test_upstream_region_methods_are_still_caches() -> None:
+    """Textual 8.2.8: intersection and translate among them, each of 1,024 entries or more."""
+    caches = {f.__wrapped__.__name__: f.cache_info().maxsize for f in _textual_compat.geometry_caches()}
+    assert caches["intersection"] >= 1024 and caches["translate"] >= 1024
+
+
+async def test_the_app_empties_regions_caches_every_few_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.ui.conftest import first_frame, make_app
+
+    monkeypatch.setattr(_textual_compat, "GEOMETRY_TRIM_S", 0.2)
+    app = make_app(interval=30.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await first_frame(pilot, app)
+        for x in range(300):  # regions at new places, as a canvas's spans are
+            Region(x, 1000, 3, 1).intersection(Region(0, 1000, 400, 5))
+        assert Region.intersection.cache_info().currsize >= 300
+        await until(pilot, lambda: Region.intersection.cache_info().currsize < 300, what="a trim")
