@@ -194,41 +194,6 @@ def patched_render_segments() -> Any:
     return _render_segments
 
 
-# -- 7. a strip that keeps itself ------------------------------------------------------------------
-
-
-def _divide(self: Strip, cuts: Iterable[int]) -> Sequence[Strip]:
-    """Strip.divide, but a cut at the strip's own end (the whole strip) is answered without keeping
-    [self] in the strip's cache (see 7 above)."""
-    cuts = list(cuts)
-    length = self.cell_length
-    if [cut for cut in cuts if cut <= length] == [length]:
-        return [self]
-    return upstream_divide()(self, cuts)  # type: ignore[no-any-return]
-
-
-def upstream_divide() -> Any:
-    """Textual's Strip.divide, patched or not."""
-    return _upstream_divide if _upstream_divide is not None else Strip.divide
-
-
-# -- 8. Region's caches ----------------------------------------------------------------------------
-
-GEOMETRY_TRIM_S = 10.0
-
-
-def geometry_caches() -> list[Any]:
-    """The lru caches among Region's methods."""
-    from textual.geometry import Region
-
-    return [f for f in vars(Region).values() if callable(getattr(f, "cache_clear", None))]
-
-
-def trim_geometry_caches() -> None:
-    for cache in geometry_caches():
-        cache.cache_clear()
-
-
 # -- 2. dismiss once -------------------------------------------------------------------------------
 
 ResultT = TypeVar("ResultT")
@@ -370,3 +335,38 @@ def driver_class(upstream: type[Driver]) -> type[Driver]:
     if upstream is LinuxDriver and _parser_keeps_its_delay():
         return QuietLinuxDriver
     return upstream
+
+
+# -- 7. a strip that keeps itself ------------------------------------------------------------------
+
+
+def _divide(self: Strip, cuts: Iterable[int]) -> Sequence[Strip]:
+    """Strip.divide, but a cut at the strip's own end (the whole strip) is answered without keeping
+    [self] in the strip's cache (see 7 above)."""
+    cuts = list(cuts)
+    length = self.cell_length
+    if [cut for cut in cuts if cut <= length] == [length]:
+        return [self]
+    return upstream_divide()(self, cuts)  # type: ignore[no-any-return]
+
+
+def upstream_divide() -> Any:
+    """Textual's Strip.divide, patched or not."""
+    return _upstream_divide if _upstream_divide is not None else Strip.divide
+
+
+# -- 8. Region's caches ----------------------------------------------------------------------------
+
+GEOMETRY_TRIM_S = 10.0
+
+
+def geometry_caches() -> list[Any]:
+    """The lru caches among Region's methods."""
+    from textual.geometry import Region
+
+    return [f for f in vars(Region).values() if callable(getattr(f, "cache_clear", None))]
+
+
+def trim_geometry_caches() -> None:
+    for cache in geometry_caches():
+        cache.cache_clear()
