@@ -40,7 +40,8 @@ changed, and the work-around may go.
    the escape key's delay and to see its exit event): ten wakeups a second, ~0.07 % of a core of an
    idle monitor (`make bench`'s box: 7 % of gputui's CPU). No upstream issue found. Work-around:
    `QuietLinuxDriver`, whose thread sleeps until input comes, the parser's escape delay is due, or its
-   exit event is set (which writes to a pipe the thread also waits on). `driver_class` hands it out where
+   exit event is set (which writes to a pipe the thread also waits on); it ends when its terminal is
+   gone, so nothing waits on it on the way out. `driver_class` hands it out where
    Textual would use LinuxDriver and its parser still keeps the delay where this reads it.
    Test: test_upstream_input_thread_still_polls.
 
@@ -297,9 +298,9 @@ if LinuxDriver is not None:
                         if key.fd == self._wake_read:
                             self._drain_wakeups()
                         elif not self._feed(parser, decode):
-                            # End of input (the terminal is gone): nothing to wait for but the exit
-                            # event; upstream spins here until the hang-up guard ends the app.
-                            selector.unregister(self.fileno)
+                            # End of input (the terminal is gone): the thread ends, so that nothing
+                            # waits on it on the way out (upstream spins here, or dies of EIO).
+                            return
                     for event in parser.tick():
                         self.process_message(event)
             self._drain_wakeups()  # disable_input clears the event; a later thread starts quiet
