@@ -200,14 +200,14 @@ class Field:
             if (shorten and len(shorten) != len(variants) - 1) or steps != sorted(steps, reverse=True):
                 raise ValueError(f"a field's steps are taken in their order: {steps} ({variants})")
             self.steps = tuple(steps)
-        self.width = _width(variants[0])  # in full; the shorter variants' only when a line overflows
+        self.width = segments_width(variants[0])  # in full; the shorter variants' only when a line overflows
         self._widths: tuple[int, ...] | None = None
 
     @property
     def widths(self) -> tuple[int, ...]:
         """Each variant's width."""
         if self._widths is None:
-            self._widths = (self.width, *map(_width, self.variants[1:]))
+            self._widths = (self.width, *map(segments_width, self.variants[1:]))
         return self._widths
 
     def __repr__(self) -> str:
@@ -220,12 +220,6 @@ class Field:
 
 def segments_width(segments: Sequence[Segment]) -> int:
     return sum(cells.width(text) for text, _ in segments)
-
-
-def _width(segments: Sequence[Segment]) -> int:
-    if len(segments) == 1:
-        return cells.width(segments[0][0])
-    return cells.width("".join(t for t, _ in segments))
 
 
 def fit_fields(fields: Sequence[Field], width: int, ellipsis_style: Any = None) -> list[Segment]:
