@@ -22,7 +22,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from gputui.model import AgentReport, GpmMetrics, GpuSample, ProcessRow, Snapshot, TrainingProgress
-from gputui.output.jsonout import schema, snapshot_to_dict
+from gputui.output.jsonout import record_to_dict, schema, snapshot_to_dict
 from gputui.output.record import CSV_COLUMNS, KEEP_ROTATED, NA, Recorder, csv_rows, read_recording
 from gputui.units import printable
 from tests.ui import world
@@ -149,9 +149,21 @@ def test_recording_reads_back_with_the_same_gpu_values(recordings: Recordings) -
     assert bad == 0 and len(snaps) == len(records)
     for snap, raw in zip(snaps, records, strict=True):
         assert all(isinstance(g, GpuSample) for g in snap.gpus)
-        assert snapshot_to_dict(snap)["gpus"] == raw["gpus"]
-        assert snapshot_to_dict(snap) == raw
+        full = snapshot_to_dict(snap)
+        assert record_to_dict(snap) == raw
+        assert with_nulls(raw, full) == full  # what the line leaves out is null: every value the same
         assert snap.time == raw["time"]
+
+
+def with_nulls(line: object, full: object) -> object:
+    """`line` with null for each key that `full` has and it lacks, at every depth."""
+    if isinstance(line, dict) and isinstance(full, dict):
+        return {k: with_nulls(line[k], v) if k in line else None for k, v in full.items()} | {
+            k: v for k, v in line.items() if k not in full
+        }
+    if isinstance(line, list) and isinstance(full, list) and len(line) == len(full):
+        return [with_nulls(a, b) for a, b in zip(line, full, strict=True)]
+    return line
 
 
 def test_record_csv_has_nvidia_smi_columns_and_a_row_per_gpu_per_sample(recordings: Recordings) -> None:
@@ -379,6 +391,26 @@ def test_recorder_round_trip_reproduces_every_snapshot(tmp_path: Path) -> None:
     assert_valid(json_lines(path))
 
 
+def test_a_recorded_line_leaves_out_the_optional_nulls_and_nothing_else(tmp_path: Path) -> None:
+    snap = world_snaps(1)[0]
+    proc = dataclasses.replace(snap.processes[0], owner=None, hung=None, full_in=None, ns_pid=None)
+    gpu = dataclasses.replace(snap.gpus[0], fan=None, health=None, gpm=GpmMetrics(sm_active=40.0))
+    snap = dataclasses.replace(snap, processes=(proc,), gpus=(gpu,), host=None, gpm_note=None)
+    path = tmp_path / "one.jsonl"
+    rec = Recorder(path)
+    rec.write(snap)
+    rec.close()
+    [line] = json_lines(path)
+    p, g = line["processes"][0], line["gpus"][0]
+    assert "owner" not in p and "hung" not in p and "full_in" not in p  # optional: left out
+    assert p["ns_pid"] is None and g["fan"] is None  # required: null stays
+    assert "health" not in g and "host" not in line and "gpm_note" not in line
+    assert g["gpm"] == {"sm_active": 40.0}  # every GPM field is optional
+    assert p["command"] == proc.command and g["util_gpu"] == gpu.util_gpu
+    assert_valid([line])
+    assert read_recording(path) == ([without_hosts(snap)], 0)
+
+
 def test_recorder_appends_to_an_existing_recording(tmp_path: Path) -> None:
     path = tmp_path / "w.jsonl"
     snaps = world_snaps(4)
@@ -419,7 +451,7 @@ def test_read_recording_counts_json_that_is_not_an_object(tmp_path: Path, line: 
 
 
 def line_bytes(s: Snapshot) -> int:
-    return len(json.dumps(snapshot_to_dict(s), separators=(",", ":"))) + 1
+    return len(json.dumps(record_to_dict(s), separators=(",", ":"))) + 1
 
 
 def test_rotation_keeps_every_part_in_order_up_to_five(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from functools import lru_cache
 from importlib import resources
 from typing import Any
 
@@ -29,6 +30,7 @@ MAX_OWNER_TEXT = 253  # a Kubernetes name's longest
 
 
 def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
+    """Every field of the schema, null where unknown (what `--json` prints)."""
     out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
     for f in dataclasses.fields(Snapshot):
         if f.name == "host_processes":  # a UI aid, not part of the schema
@@ -239,6 +241,34 @@ def one_reading_to_dict(snap: Snapshot) -> dict[str, Any]:
 
 def dumps(snap: Snapshot, indent: int | None = None) -> str:
     return json.dumps(snapshot_to_dict(snap), indent=indent)
+
+
+def record_to_dict(snap: Snapshot) -> dict[str, Any]:
+    """A snapshot as a recording keeps it: the schema's optional fields are left out where null, at every
+    depth (a reader takes them as null anyway, as in recordings made before they existed). A process
+    that is in no container and has no trend saves ~100 bytes, and an 8-GPU demo record stays inside
+    gzip's 32 KiB window, which spans the previous record only when a record is shorter than it."""
+    out: dict[str, Any] = _without_absent(snapshot_to_dict(snap), _schema())
+    return out
+
+
+def _without_absent(value: Any, node: dict[str, Any]) -> Any:
+    """`value` without the nulls of the keys that `node` (its schema) lists but does not require."""
+    if isinstance(value, dict) and "properties" in node:
+        props, required = node["properties"], node.get("required", ())
+        return {
+            k: _without_absent(v, props.get(k, {}))
+            for k, v in value.items()
+            if v is not None or k in required or k not in props
+        }
+    if isinstance(value, list) and isinstance(node.get("items"), dict):
+        return [_without_absent(v, node["items"]) for v in value]
+    return value
+
+
+@lru_cache(maxsize=1)
+def _schema() -> dict[str, Any]:
+    return schema()
 
 
 def schema() -> dict[str, Any]:
