@@ -65,6 +65,12 @@ class LiveNvml(FakeNvml):
             self.violations.clear()
             raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND) from None  # as a driver lacking it
 
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
+        try:
+            return super().nvmlDeviceGetProcessUtilization(handle, timeStamp)
+        finally:
+            self.proc_util_args.clear()  # the tests' record of every call: here it would only grow
+
     def _c_memory(self, handle: Any, ref: Any) -> int:
         gpu, memory = self._gpu_of(handle), ref._obj
         memory.total, memory.used = gpu.mem_total, gpu.mem_used

@@ -27,7 +27,9 @@ checkpoint phase (the GPU is idle or the process works on the CPU), a job that h
 
 from __future__ import annotations
 
-from collections import deque
+import bisect
+import math
+from array import array
 from dataclasses import dataclass
 
 from gputui.model import AgentReport, GpuSample
@@ -43,6 +45,7 @@ IDLE_SHARE = 0.2
 NEAR_IDLE_SHARE = 0.15
 MIN_STEPS = 3  # a job must have stepped before it can stall
 KEEP_S = 600.0  # the GPU window the rules look at
+NO_UTIL = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,22 +61,32 @@ DEFAULT = Rules()
 
 
 class GpuWindow:
-    """One GPU's recent (time, util %, watts), and the lowest power it drew since gputui met it."""
+    """One GPU's recent (time, util %, watts), and the lowest power it drew since gputui met it. Kept as
+    arrays of machine numbers (24 bytes a sample, not ~110 as tuples of Python numbers): KEEP_S of
+    every GPU is kept all the time."""
 
     def __init__(self) -> None:
-        self.samples: deque[tuple[float, int | None, float | None]] = deque()
+        self.times = array("d")
+        self.utils = array("h")  # NO_UTIL: unknown
+        self.watts = array("d")  # NaN: unknown
         self.lowest_power: float | None = None
         self.power_limit: float | None = None
 
     def add(self, now: float, gpu: GpuSample) -> None:
         power = None if gpu.lost else gpu.power
-        self.samples.append((now, None if gpu.lost else gpu.util_gpu, power))
+        util = None if gpu.lost else gpu.util_gpu
+        if self.times and now < self.times[-1]:  # the wall clock stepped back: start again
+            self.clear()
+        self.times.append(now)
+        self.utils.append(NO_UTIL if util is None else max(0, min(100, util)))
+        self.watts.append(math.nan if power is None else power)
         if power is not None and (self.lowest_power is None or power < self.lowest_power):
             self.lowest_power = power
         if gpu.power_limit:
             self.power_limit = gpu.power_limit
-        while self.samples and self.samples[0][0] < now - KEEP_S:
-            self.samples.popleft()
+        old = bisect.bisect_left(self.times, now - KEEP_S)
+        if old:
+            del self.times[:old], self.utils[:old], self.watts[:old]
 
     def near_idle_w(self) -> float | None:
         """The power below which this GPU counts as idle; None: no power limit known."""
@@ -84,14 +97,22 @@ class GpuWindow:
             idle = min(idle, self.lowest_power)
         return idle + NEAR_IDLE_SHARE * self.power_limit
 
+    def clear(self) -> None:
+        del self.times[:], self.utils[:], self.watts[:]
+
     def since(self, start: float) -> list[tuple[float, int | None, float | None]]:
-        return [s for s in self.samples if s[0] >= start]
+        """(time, util % or None, watts or None) of the samples from `start` on."""
+        first = bisect.bisect_left(self.times, start)
+        return [
+            (t, None if u == NO_UTIL else u, None if math.isnan(w) else w)
+            for t, u, w in zip(self.times[first:], self.utils[first:], self.watts[first:], strict=True)
+        ]
 
     def busy_at_idle_power(self, now: float, span: float, busy: int) -> tuple[bool, int, float] | None:
         """Over the last `span` seconds: (every sample >= `busy` % and near idle power, lowest util, highest
         watts); None: the window does not cover `span`, or util or power is unknown."""
         near = self.near_idle_w()
-        if near is None or not self.samples or self.samples[0][0] > now - span + 1.0:
+        if near is None or not self.times or self.times[0] > now - span + 1.0:
             return None
         recent = self.since(now - span)
         utils = [u for _, u, _ in recent if u is not None]

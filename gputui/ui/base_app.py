@@ -26,7 +26,7 @@ from textual.driver import Driver
 from textual.reactive import var
 from textual.screen import Screen
 
-from gputui.ui import _textual_compat, hangup, keys
+from gputui.ui import _textual_compat, hangup, keys, memory
 from gputui.ui.widgets.palette import Palette
 from gputui.ui.widgets.status import StatusLine
 
@@ -50,6 +50,7 @@ class BaseApp(App[int]):
         self._wake = threading.Event()  # wakes the background thread now (a key asked for fresh data)
         self._stop = threading.Event()  # ends it
         self.theme = DEFAULT_THEME
+        self.settles = False  # the real program's app freezes what exists once drawn (gputui.ui.memory)
 
     # -- start and end -----------------------------------------------------------------------------
 
@@ -59,13 +60,20 @@ class BaseApp(App[int]):
     async def run_async(self, **kwargs: Any) -> int:
         _textual_compat.install()  # the real program's only way in (run_test drives the app directly)
         hangup.guard(self.on_signal, self.close_source, terminal=not kwargs.get("headless"))
+        self.settles = True
         await super().run_async(**kwargs)
         return self.exit_status
 
     def on_mount(self) -> None:
         self.palette = Palette.from_theme(self.current_theme)
         self.set_interval(_textual_compat.GEOMETRY_TRIM_S, _textual_compat.trim_geometry_caches)
+        if self.settles:
+            self.set_timer(memory.SETTLE_S, self._settle)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _settle(self) -> None:
+        memory.settle()
+        self.set_interval(memory.TIDY_S, memory.tidy)
 
     def _theme_changed(self, _theme: object) -> None:
         self.palette = Palette.from_theme(self.current_theme)

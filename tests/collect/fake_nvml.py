@@ -62,6 +62,7 @@ a freed set, or freeing it twice is recorded as a violation.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import time as _time
 from collections import Counter, defaultdict
@@ -123,6 +124,13 @@ PROC_SYMBOLS = {
     "M": "nvmlDeviceGetMPSComputeRunningProcesses",
 }
 _VERSION_SUFFIX = {3: "_v3", 2: "_v2", 1: ""}
+
+
+@functools.cache
+def _array_type(item: type[ctypes.Structure], length: int) -> Any:
+    """`item * length`, kept: the driver writes C memory and makes no Python objects, so neither should
+    the fake (ctypes keeps array types weakly, and each is a cycle only a full collection frees)."""
+    return item * length
 
 
 def proc_symbol(kind: str, version: int) -> str:
@@ -1260,7 +1268,7 @@ class FakeNvml:
                 return INSUFFICIENT_SIZE
             # The caller's buffer seen as this struct (not ctypes.cast: it ties the two in a reference
             # cycle, garbage only the cyclic collector frees; the driver writes C memory and makes none).
-            out = (struct * capacity).from_address(ctypes.addressof(buf))
+            out = _array_type(struct, capacity).from_address(ctypes.addressof(buf))
             for i, p in enumerate(procs):
                 out[i].pid = p.pid
                 out[i].usedGpuMemory = NOT_AVAILABLE if p.memory is None else p.memory

@@ -120,3 +120,15 @@ def test_idle_level() -> None:
     for t in range(200):
         lost.add(float(t), GpuSample(index=0, lost=True, util_gpu=100, power=60.0, power_limit=700.0))
     assert hung.possibly_hung(200.0, lost, 199.0) is None
+
+
+def test_a_gpu_window_keeps_ten_minutes_with_unknowns_and_starts_again_when_the_clock_steps_back() -> None:
+    w = window([TRAINING, (100, 97, 620.0)])  # 701 samples over 700 s
+    assert w.since(0.0)[0][0] == 700.0 - hung.KEEP_S and len(w.since(0.0)) == hung.KEEP_S + 1
+    w.add(701.0, GpuSample(index=0, util_gpu=None, power=None, power_limit=700.0))
+    w.add(702.0, GpuSample(index=0, lost=True))
+    w.add(703.0, GpuSample(index=0, util_gpu=100_000, power=80.0, power_limit=700.0))  # driver garbage
+    assert w.since(701.0) == [(701.0, None, None), (702.0, None, None), (703.0, 100, 80.0)]
+    w.add(650.0, GpuSample(index=0, util_gpu=97, power=600.0, power_limit=700.0))  # NTP stepped back
+    assert w.since(0.0) == [(650.0, 97, 600.0)]
+    assert w.busy_at_idle_power(650.0, 120.0, 95) is None  # too short a window for a verdict

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import gc
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -810,7 +811,7 @@ def test_no_process_list_symbol_at_all(fake: FakeNvml, make_source: MakeSource) 
 
 def test_process_list_that_grows_beyond_the_headroom(fake: FakeNvml, source: NvmlSource) -> None:
     fake.gpus[0].processes["C"].append(FakeProcess(100, 1 * GiB))
-    fake.grow_between_calls(0, "C", add=20)  # more than 1 * 2 + 8
+    fake.grow_between_calls(0, "C", add=20)  # more than the 16 a buffer for 1 * 2 + 8 holds
     r = tick(source, fake)
     pids = sorted(procs_of(r, 0))
     assert len(pids) == 21 and pids[0] == 100
@@ -822,16 +823,16 @@ def test_process_list_that_grows_beyond_the_headroom(fake: FakeNvml, source: Nvm
 
 def test_process_list_that_grows_within_the_headroom(fake: FakeNvml, source: NvmlSource) -> None:
     fake.gpus[0].processes["C"].append(FakeProcess(100, 1 * GiB))
-    fake.grow_between_calls(0, "C", add=9)  # 1 + 9 = 1 * 2 + 8: just fits
+    fake.grow_between_calls(0, "C", add=15)  # 1 + 15: just fits a buffer for 1 * 2 + 8 (a power of two)
     r = tick(source, fake)
-    assert len(procs_of(r, 0)) == 10
+    assert len(procs_of(r, 0)) == 16
     assert fake.lib_calls[0][proc_symbol("C", 3)] == 2
 
 
 def test_process_list_that_keeps_growing_is_given_up_for_the_tick(fake: FakeNvml, source: NvmlSource) -> None:
     fake.gpus[0].processes["C"].append(FakeProcess(100, 1 * GiB))
     fake.gpus[0].processes["G"].append(FakeProcess(300, 1 * GiB))
-    fake.grow_between_calls(0, "C", add=lambda n: 2 * n + 10, times=5)  # outruns every retry
+    fake.grow_between_calls(0, "C", add=lambda n: 3 * n + 20, times=5)  # outruns every retry (<= 4n + 16)
     r = tick(source, fake)
     assert r.errors == ()
     assert procs_of(r, 0) == {300: GpuProcess(gpu=0, pid=300, kinds="G", used_memory=1 * GiB)}
@@ -1044,3 +1045,27 @@ def test_fake_replaces_every_binding_nvml_py_uses() -> None:
     }
     assert used
     assert used <= set(FakeNvml.BINDINGS), used - set(FakeNvml.BINDINGS)
+
+
+def test_reading_makes_no_ctypes_types_that_only_a_full_collection_frees(
+    fake: FakeNvml, source: NvmlSource
+) -> None:
+    """ctypes keeps array types weakly and each is a reference cycle: a buffer type made per call (the
+    binding's field values, a process list's buffer) piles up as garbage between Python's rare full
+    collections, about a mebibyte within minutes."""
+    fake.gpus[0].processes["C"].append(FakeProcess(100, 1 * GiB))
+    tick(source, fake)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for n in range(10):
+            fake.gpus[0].processes["C"].append(FakeProcess(200 + n, 1 * GiB))  # a list of a new length
+            tick(source, fake)
+        gc.collect()
+        made = [o for o in gc.garbage if isinstance(o, type) and issubclass(o, ctypes.Array)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert made == []

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import math
 import re
 import time
@@ -262,6 +263,20 @@ def _instance_id(value: int | None) -> int | None:
 _Listed = tuple[int, int | None, int | None, int | None]  # pid, memory, GPU instance, compute instance
 
 
+@functools.lru_cache(maxsize=32)
+def _array_type(item: type[ctypes.Structure], length: int) -> Any:
+    """`item * length`, kept alive. ctypes holds array types only weakly, and each type is a reference
+    cycle: one made per call is garbage that only Python's rare full collections free (~2.5 KB each,
+    ~1 MiB of the monitor's memory within minutes). While this cache holds a type, ctypes hands the same
+    one to pynvml's calls too."""
+    return item * length
+
+
+def _capacity(wanted: int) -> int:
+    """A buffer length with headroom, one of few (a power of two), so that few array types are made."""
+    return 1 << max(4, (wanted - 1).bit_length())
+
+
 def _sized_call(fn: Any, handle: Any, struct: type[ctypes.Structure]) -> list[_Listed]:
     """NVML's two-call pattern: ask for the count, then fill a buffer with headroom for newcomers."""
     count = ctypes.c_uint(0)
@@ -283,8 +298,8 @@ def _sized_call(fn: Any, handle: Any, struct: type[ctypes.Structure]) -> list[_L
             ]
         if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
             raise pynvml.NVMLError(ret)
-        count.value = count.value * 2 + 8
-        buf = (struct * count.value)()
+        count.value = _capacity(count.value * 2 + 8)
+        buf = _array_type(struct, count.value)()
         ret = fn(handle, ctypes.byref(count), buf)
     raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
 
@@ -710,6 +725,7 @@ class NvmlSource:
         fields, kept in gpu.health_values): one batched call."""
         ids = self._field_ids(gpu, slow)
         gpu.health_values = {}
+        _array_type(pynvml.c_nvmlFieldValue_t, len(ids))  # the binding makes this type at every call
         values = self._get(gpu, "fields", pynvml.nvmlDeviceGetFieldValues, gpu.handle, ids) if ids else None
         if values is None:
             return {}
