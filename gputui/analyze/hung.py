@@ -78,7 +78,7 @@ class GpuWindow:
         if self.times and now < self.times[-1]:  # the wall clock stepped back: start again
             self.clear()
         self.times.append(now)
-        self.utils.append(NO_UTIL if util is None else max(0, min(100, util)))
+        self.utils.append(NO_UTIL if util is None else max(0, min(100, int(util))))
         self.watts.append(math.nan if power is None else power)
         if power is not None and (self.lowest_power is None or power < self.lowest_power):
             self.lowest_power = power

@@ -5,9 +5,10 @@ the app, its widgets: ~55,000 on an 8-GPU box) into Python's permanent generatio
 collector never walks again. So a full collection walks only what was made since, ~0.5 ms instead of
 ~25, and `tidy` can afford one every few seconds. A full collection is the only thing that empties
 Python's free lists (2,000 tuples of each length, and more): without it they, and the garbage that
-reached the oldest generation, kept ~0.4 MiB a minute that a bounded tick does not need (the bench's
-box, 120x40, 1 Hz, peak RSS over its first minute: 40.2-40.4 MiB before, 39.9 with these two; a
-collection every 2 s instead of 10 s was worth 0.3 MiB of that).
+reached the oldest generation, grew the process by ~0.2 MiB a minute that a bounded tick does not need
+(the bench's box, 120x40, 1 Hz: RSS grew 0.5-0.6 MiB a minute before, ~0.35 with these two, while the
+analysis windows fill; peak over the first minute 40.2-40.4 MiB before, 39.9 after; a collection every
+2 s instead of every 10 s was worth ~0.3 MiB of that).
 
 Only the real program settles: an app under a test must stay collectable after its test (a frozen
 object is never collected, even when it becomes garbage), so run_test never freezes anything.
