@@ -138,7 +138,8 @@ class GpuTuiApp(BaseApp):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        super().on_mount()  # the palette
+        # (BaseApp.on_mount runs after this one: Textual calls the handler of every class in the MRO, so
+        # calling it here too would start its timers twice.)
         self._interval_changed(self.interval)
         self.panes.set_window(self.window)
         self.saved.restore_widgets(self.panes, self.table)

@@ -154,8 +154,7 @@ class FleetApp(BaseApp):
         yield self.table
         yield KeyBar()
 
-    def on_mount(self) -> None:
-        super().on_mount()  # the palette
+    def on_mount(self) -> None:  # (BaseApp.on_mount runs too, after it: see GpuTuiApp.on_mount)
         self.table.focus()
         self._refresh_loop()
 
@@ -235,5 +234,5 @@ class FleetApp(BaseApp):
     def on_unmount(self) -> None:
         # However the app ends, the refresh thread must not sleep out its interval, nor wait out a
         # request that hangs: it is abandoned (a daemon thread), and its request is cut now.
-        super().on_unmount()
+        self.stop_background()  # first, so the cut request reads as the end (BaseApp's, after, again)
         self.close_source()

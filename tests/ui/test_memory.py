@@ -25,8 +25,7 @@ PROGRAM = textwrap.dedent(
         pass
 
     class Watched(BaseApp):
-        def on_mount(self):
-            super().on_mount()
+        def on_mount(self):  # (BaseApp.on_mount runs too, after it)
             self.set_timer(0.5, self.make_garbage)
 
         def make_garbage(self):

@@ -82,8 +82,7 @@ class CursorTable(CellCanvas, can_focus=True):
         return range(self.top, min(len(self.rows), self.top + self._rows_that_fit))
 
     def on_resize(self) -> None:
-        self._clamp()
-        super().on_resize()
+        self._clamp()  # then CellCanvas.on_resize redraws (Textual calls each class's handler)
 
     def on_focus(self) -> None:
         self.redraw()

@@ -350,7 +350,7 @@ class GpuPanes(CellCanvas):
         if self._room is not None and self._room[0] != self.size.width and self.size.width > 0:
             self._room = (self.size.width, self._room[1])
             self._relayout()
-        super().on_resize()
+        # (then CellCanvas.on_resize redraws: Textual calls the handler of every class in the MRO)
 
     # -- drawing -----------------------------------------------------------------------------------
 
