@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -39,16 +40,76 @@ def test_memory_swap_load_and_uptime_agree_with_the_system() -> None:
     assert stats.uptime is not None and abs(stats.uptime - (time.time() - psutil.boot_time())) < 5
 
 
-def test_a_failing_reading_is_none_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_reading_is_none_not_a_crash(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def broken(*_: object, **__: object) -> object:
         raise OSError("no /proc here")
 
-    monkeypatch.setattr(psutil, "virtual_memory", broken)
-    monkeypatch.setattr(psutil, "swap_memory", broken)
     monkeypatch.setattr(psutil, "boot_time", broken)
     monkeypatch.setattr(os, "getloadavg", broken)
-    stats = HostSampler().read()
-    assert (stats.mem_total, stats.swap_total, stats.load, stats.uptime) == (None, None, None, None)
+    host = HostSampler(proc=str(tmp_path))  # no stat, no meminfo
+    host.read()
+    stats = host.read()
+    assert (stats.cpu_percent, stats.mem_total, stats.swap_total, stats.load, stats.uptime) == (None,) * 5
+
+
+STAT = "cpu  {user} 0 {system} {idle} {iowait} 0 0 0 {guest} 0\ncpu0 1 2 3 4 5 6 7 8 9 10\nintr 1 2 3\n"
+MEMINFO = """MemTotal:       16000000 kB
+MemFree:         1000000 kB
+MemAvailable:    6000000 kB
+Buffers:          200000 kB
+Cached:          3000000 kB
+SwapCached:            0 kB
+SwapTotal:       2000000 kB
+SwapFree:        1500000 kB
+HugePages_Total:       0
+"""
+
+
+def _proc(tmp_path: Path, meminfo: str = MEMINFO, **ticks: int) -> str:
+    values = {"user": 0, "system": 0, "idle": 0, "iowait": 0, "guest": 0, **ticks}
+    (tmp_path / "stat").write_text(STAT.format(**values))
+    (tmp_path / "meminfo").write_text(meminfo)
+    return str(tmp_path)
+
+
+def test_cpu_is_busy_time_over_all_time_since_the_last_reading(tmp_path: Path) -> None:
+    host = HostSampler(proc=_proc(tmp_path, user=100, system=50, idle=800, iowait=50))
+    assert host.read().cpu_percent is None
+    # +300 user (60 of them a guest's, already in user), +100 system, +500 idle, +100 I/O wait
+    _proc(tmp_path, user=400, system=150, idle=1300, iowait=150, guest=60)
+    assert host.read().cpu_percent == pytest.approx(100 * 400 / 1000)
+    assert host.read().cpu_percent is None  # no time passed since: unknown, not 0 %
+
+
+def test_memory_in_use_is_what_is_not_available_and_swap_what_is_not_free(tmp_path: Path) -> None:
+    stats = HostSampler(proc=_proc(tmp_path)).read()
+    assert (stats.mem_total, stats.mem_used) == (16_000_000 << 10, 10_000_000 << 10)
+    assert (stats.swap_total, stats.swap_used) == (2_000_000 << 10, 500_000 << 10)
+    # A kernel without MemAvailable (< 3.14): free, buffers and page cache are what can be had
+    old = "\n".join(line for line in MEMINFO.splitlines() if not line.startswith("MemAvailable"))
+    stats = HostSampler(proc=_proc(tmp_path, meminfo=old)).read()
+    assert stats.mem_used == (16_000_000 - 4_200_000) << 10
+
+
+@pytest.mark.parametrize(
+    ("stat", "meminfo"),
+    [
+        ("", ""),
+        ("cpu  a b c d\n", "MemTotal: lots kB\nMemAvailable:\n"),
+        ("intr 1 2 3\n", "SwapTotal: 10 kB\n"),
+        ("cpu  1 2\n", "MemTotal: 10 kB\n"),
+        ("\x00\xff" * 100, "\x00" * 100),
+    ],
+)
+def test_a_garbled_proc_gives_unknowns(tmp_path: Path, stat: str, meminfo: str) -> None:
+    (tmp_path / "stat").write_text(stat)
+    (tmp_path / "meminfo").write_text(meminfo)
+    host = HostSampler(proc=str(tmp_path))
+    host.read()
+    stats = host.read()
+    assert (stats.cpu_percent, stats.mem_total, stats.mem_used, stats.swap_total, stats.swap_used) == (
+        None,
+    ) * 5
 
 
 def test_a_reading_is_cheap_enough_for_every_tick() -> None:
@@ -63,7 +124,9 @@ def test_a_reading_is_cheap_enough_for_every_tick() -> None:
 
 def test_every_snapshot_carries_host_stats() -> None:
     with Sampler(RecordingSource(), scan_holders=False) as sampler:
-        first, second = sampler.tick(), sampler.tick()
+        first = sampler.tick()
+        time.sleep(0.05)  # the kernel counts CPU time in ticks of 10 ms: two readings within one are unknown
+        second = sampler.tick()
     assert first.host is not None and first.host.cpu_percent is None
     assert second.host is not None and second.host.cpu_percent is not None
     assert second.host.mem_total is not None and second.host.mem_total > 0

@@ -1,5 +1,6 @@
 """The real program freezes what exists once its first screen is drawn, then collects what is made
-since every few seconds (gputui.ui.memory); an app under a test freezes nothing."""
+since every few seconds (gputui.ui.memory); an app under a test freezes nothing and keeps Python's
+thresholds."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ PROGRAM = textwrap.dedent(
 
         def make_garbage(self):
             self.frozen = gc.get_freeze_count()
+            self.young = gc.get_threshold()[0]
             gc.disable()  # from now on only the app's tidying collects
             cycle = Cycle()
             cycle.me = cycle
@@ -38,7 +40,7 @@ PROGRAM = textwrap.dedent(
             self.set_timer(0.5, self.report)
 
         def report(self):
-            print(self.frozen, self.ref() is None)
+            print(self.frozen, self.young, self.ref() is None)
             self.exit(0)
 
     asyncio.run(Watched().run_async(headless=True))
@@ -49,8 +51,9 @@ PROGRAM = textwrap.dedent(
 def test_the_program_freezes_its_objects_once_drawn_and_collects_new_cycles_every_few_seconds() -> None:
     out = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    frozen, collected = out.stdout.split()
+    frozen, young, collected = out.stdout.split()
     assert int(frozen) > 10_000  # the modules, the app: everything there was
+    assert int(young) == memory.YOUNG_THRESHOLD  # from then on tidy collects, not counts of new objects
     assert collected == "True"  # a cycle made after that was collected with the collector off
 
 
@@ -62,5 +65,6 @@ async def test_an_app_under_a_test_freezes_nothing(monkeypatch: pytest.MonkeyPat
             await first_frame(pilot, app)
             await pilot.pause(0.3)
         assert gc.get_freeze_count() == 0
+        assert gc.get_threshold()[0] != memory.YOUNG_THRESHOLD
     finally:
         gc.unfreeze()  # should it fail: this worker's later tests stay collectable
