@@ -11,8 +11,11 @@ full style. Used by gputui.ui._textual_compat for partial updates.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rich.color import ColorSystem
 from rich.console import Console
+from rich.segment import Segment
 from rich.style import Style
 from textual.strip import SGR_STYLES, Strip
 
@@ -44,8 +47,8 @@ class Pen:
         """A cursor movement: the terminal keeps its style across it."""
         self._out.append(sequence)
 
-    def strip(self, strip: Strip) -> None:
-        for text, style, control in strip:
+    def strip(self, segments: Iterable[Segment]) -> None:
+        for text, style, control in segments:
             if control:
                 continue
             if style is None:

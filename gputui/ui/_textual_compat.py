@@ -116,10 +116,11 @@ def _cells(text: str) -> int:
     return len(text) if text.isascii() and text.isprintable() else cell_len(text)
 
 
-def _crop(strip: Strip, start: int, end: int) -> Strip:
-    """Strip.crop (0 <= start < end < its length, or end at it), without keeping the piece in the
-    strip's cache: a span is written once, and the strips of unchanged lines live on, each keeping up
-    to 16 pieces (about half a MiB after 30 s of a busy box)."""
+def _crop(strip: Strip, start: int, end: int) -> list[Segment]:
+    """The segments of Strip.crop (0 <= start < end < its length, or end at it), without keeping the
+    piece in the strip's cache: a span is written once, and the strips of unchanged lines live on, each
+    keeping up to 16 pieces (about half a MiB after 30 s of a busy box). Segments, not a Strip: a span
+    is written and dropped, and a Strip makes seven caches of its own."""
     segments = iter(strip)
     out: list[Segment] = []
     pos = 0
@@ -131,11 +132,11 @@ def _crop(strip: Strip, start: int, end: int) -> Strip:
             break
         pos = end_pos
     else:
-        return Strip([], 0)
+        return []
     if end >= strip.cell_length:
         out.append(segment)
         out.extend(segments)
-        return Strip(out, strip.cell_length - start)
+        return out
     pos = start
     while segment is not None:
         end_pos = pos + _cells(segment.text)
@@ -145,7 +146,7 @@ def _crop(strip: Strip, start: int, end: int) -> Strip:
         out.append(segment)
         pos = end_pos
         segment = next(segments, None)
-    return Strip(out, end - start)
+    return out
 
 
 def _chops_update_has_expected_shape() -> bool:

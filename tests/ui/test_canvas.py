@@ -261,3 +261,48 @@ async def test_a_plain_canvas_hands_over_its_own_strips_as_textual_would_draw_th
         # A border and padding are Textual's to draw: that canvas goes the usual way.
         drawn = texts(framed.render_lines(Region(0, 0, 60, 3)))
         assert drawn[0].startswith("╭") and drawn[1].startswith("│ gpu 0")
+
+
+class Colours(CellCanvas):
+    """The 16 ANSI colours, dim and not, on an ANSI background: what the true-colour filter turns."""
+
+    DEFAULT_CSS = "Colours { height: 2; background: ansi_blue; }"
+
+    def build(self, width: int) -> list[Line]:
+        names = ["red", "bright_green", "yellow", "magenta", "cyan", "white", "#7f7f7f", "default"]
+        top, bottom = Line(), Line()
+        for name in names:
+            top.add(f"{name[:4]} ", Style(color=name))
+            bottom.add(f"{name[:4]} ", Style(color=name, dim=True, bgcolor="black" if "e" in name else None))
+        return [top, bottom]
+
+
+class ColoursApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Colours()
+
+
+async def test_ansi_colours_come_out_as_textuals_true_colour_filter_turns_them() -> None:
+    """The canvas applies the filter as it draws each strip; it must give what the filter gives, and
+    draw again with a new theme's filter."""
+    app = ColoursApp()
+    async with app.run_test(size=(50, 4)) as pilot:
+        app.ansi_color = False  # the filter is on: a terminal not known to take true colour
+        canvas = app.query_one(Colours)
+        canvas.redraw()
+        await pilot.pause()
+        for theme in ("textual-dark", "textual-light"):
+            app.theme = theme
+            await pilot.pause()
+            crop = Region(0, 0, 50, 2)
+            mine = canvas.render_lines(crop)
+            theirs = canvas._styles_cache.render_widget(canvas, crop)
+            assert [list(s) for s in mine] == [list(s) for s in theirs]
+            styles = {seg.style for strip in mine for seg in strip}
+            assert all(s is not None and (s.color is None or s.color.triplet is not None) for s in styles)
+            assert not any(s.dim for s in styles if s is not None)  # dim ink is mixed into the colour
+        app.ansi_color = True  # and off again: the terminal's own colours
+        await pilot.pause()
+        mine = canvas.render_lines(Region(0, 0, 50, 2))
+        assert [list(s) for s in mine] == [list(s) for s in canvas._styles_cache.render_widget(canvas, crop)]
+        assert any(seg.style and seg.style.color and seg.style.color.triplet is None for seg in mine[0])

@@ -13,8 +13,11 @@ from itertools import compress, count, groupby, repeat
 from operator import itemgetter, ne
 from typing import TYPE_CHECKING
 
+from rich.color import Color as RichColor
 from rich.segment import Segment
 from rich.style import Style
+from textual.color import Color
+from textual.filter import ANSIToTruecolor, LineFilter
 from textual.geometry import Region
 from textual.reactive import var
 from textual.strip import Strip
@@ -37,6 +40,12 @@ WIDE_TAIL = ""
 @lru_cache(maxsize=1024)
 def _combine(base: Style, style: Style | None) -> Style:
     return base + style
+
+
+@lru_cache(maxsize=1024)
+def _ink(base: Style, style: Style, truecolor: ANSIToTruecolor, background: RichColor) -> Style:
+    """`style` on the canvas's base, as Textual's true-colour filter would turn it (see render_lines)."""
+    return truecolor.truecolor_style(_combine(base, style), background)
 
 
 # The one empty style: cells compare by identity first, so a new Style() per cell would make unchanged
@@ -192,12 +201,16 @@ class CellCanvas(Widget):
         self._width = -1
         self._base: Style | None = None  # rich_style walks every ancestor's CSS: once per style change
         self._strips: dict[int, Strip] = {}  # each line's strip, made when first drawn after a change
+        # The app's true-colour filter and the background that the strips in _strips were drawn for
+        # (render_lines): a new theme brings a new filter.
+        self._drawn_for: tuple[ANSIToTruecolor | None, Color | None] = (None, None)
+        self._background: Color | None = None  # background_colors also walks the ancestors' CSS
 
     def watch_palette(self) -> None:
         self.redraw()
 
     def notify_style_update(self) -> None:  # the stylesheet changed (a theme, a pseudo-class)
-        self._base = None
+        self._base = self._background = None
         self._strips.clear()
         super().notify_style_update()
 
@@ -205,7 +218,7 @@ class CellCanvas(Widget):
         self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
     ) -> Self:
         if repaint and not regions:  # a whole repaint: how Textual applies an inline style change
-            self._base = None
+            self._base = self._background = None
             self._strips.clear()
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
@@ -253,19 +266,30 @@ class CellCanvas(Widget):
         """The lines in `crop`, straight from this canvas's own strips. Textual's StylesCache would draw
         borders, padding, tint and opacity around each line and keep a second copy of it: a canvas has
         none of those (`_plain`), and knows which of its lines changed (redraw). On the bench's box
-        that cache's work was an eighth of a tick."""
+        that cache's work was an eighth of a tick. The app's true-colour filter (on where the terminal
+        is not known to take true colour) is applied as each strip is drawn, to each distinct style once,
+        not to every segment of every changed line as a second strip."""
         if not self._plain():
             return super().render_lines(crop)
-        strips = [self._strip(y) for y in crop.line_range]
         filters = self.get_line_filters()
-        if filters:
-            background = self.background_colors[1]
-            for line_filter in filters:
+        truecolor = next((f for f in filters if isinstance(f, ANSIToTruecolor)), None)
+        background = self._background_color() if filters else None
+        if (truecolor, background) != self._drawn_for:
+            self._drawn_for = (truecolor, background)
+            self._strips.clear()
+        strips = [self._strip(y) for y in crop.line_range]
+        for line_filter in filters:
+            if line_filter is not truecolor and background is not None:
                 strips = [strip.apply_filter(line_filter, background) for strip in strips]
         x1, x2 = crop.column_span
         if (x1, x2) != (0, self.size.width):
             strips = [strip.crop(x1, x2) for strip in strips]
         return strips
+
+    def _background_color(self) -> Color:
+        if self._background is None:
+            self._background = self.background_colors[1]
+        return self._background
 
     def _plain(self) -> bool:
         """Drawn as its lines and nothing else: no border, outline, padding, title, tint, hatch or
@@ -286,16 +310,25 @@ class CellCanvas(Widget):
     def _strip(self, y: int) -> Strip:
         strip = self._strips.get(y)
         if strip is None:
-            strip = self._strips[y] = self.render_line(y)
+            strip = self._strips[y] = self._draw(y, *self._drawn_for)
         return strip
 
-    def render_line(self, y: int) -> Strip:
+    def render_line(self, y: int) -> Strip:  # Textual's way in, when the canvas is not plain
+        return self._draw(y, None, None)
+
+    def _draw(self, y: int, truecolor: LineFilter | None, background: Color | None) -> Strip:
         width = self.size.width
         if y >= len(self._lines) or width != self._width:
             return Strip.blank(width, self.base_style)
         base = self.base_style
         segments: list[Segment] = []
         # Runs of one style, grouped in C: the cells of a run share one Style object (Line.add).
-        for style, run in groupby(self._lines[y], key=itemgetter(1)):
-            segments += _segments("".join(map(itemgetter(0), run)), _combine(base, style))
+        runs = groupby(self._lines[y], key=itemgetter(1))
+        if isinstance(truecolor, ANSIToTruecolor) and background is not None:
+            under = background.rich_color
+            for style, run in runs:
+                segments += _segments("".join(map(itemgetter(0), run)), _ink(base, style, truecolor, under))
+        else:
+            for style, run in runs:
+                segments += _segments("".join(map(itemgetter(0), run)), _combine(base, style))
         return Strip(segments, width)
