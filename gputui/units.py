@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 NA = "n/a"
 
 
@@ -14,6 +16,7 @@ def printable(s: str) -> str:
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
+@lru_cache(maxsize=256)  # a tick formats each process's memory and RSS again, mostly the same values
 def fmt_bytes(n: float | None, digits: int = 1) -> str:
     """At most three digits before the point: 1000 MiB and up is shown in GiB (`1.0 GiB`, not
     `1000.0 MiB`), so a value always fits the column its largest reading fits (`999.9 MiB`)."""
