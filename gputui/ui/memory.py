@@ -7,8 +7,8 @@ collector never walks again. So a full collection walks only what was made since
 Python's free lists (2,000 tuples of each length, and more): without it they, and the garbage that
 reached the oldest generation, grew the process by ~0.2 MiB a minute that a bounded tick does not need
 (the bench's box, 120x40, 1 Hz: RSS grew 0.5-0.6 MiB a minute before, ~0.35 with these two, while the
-analysis windows fill; peak over the first minute 40.2-40.4 MiB before, 39.9 after; a collection every
-2 s instead of every 10 s was worth ~0.3 MiB of that).
+analysis windows fill; peak over the first minute 40.2-40.4 MiB before, 39.9 after). From then on the
+collector runs on tidy's clock, not on counts of new objects (YOUNG_THRESHOLD).
 
 Only the real program settles: an app under a test must stay collectable after its test (a frozen
 object is never collected, even when it becomes garbage), so run_test never freezes anything.
