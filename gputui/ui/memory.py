@@ -2,7 +2,7 @@
 
 Once the first screen is drawn, `settle` collects and then freezes every object there is (the modules,
 the app, its widgets: ~55,000 on an 8-GPU box) into Python's permanent generation, which the cyclic
-collector never walks again. So a full collection walks only what was made since, ~0.5 ms instead of
+collector never walks again. So a full collection walks only what was made since, ~0.6 ms instead of
 ~25, and `tidy` can afford one every few seconds. A full collection is the only thing that empties
 Python's free lists (2,000 tuples of each length, and more): without it they, and the garbage that
 reached the oldest generation, grew the process by ~0.2 MiB a minute that a bounded tick does not need
@@ -19,7 +19,7 @@ from __future__ import annotations
 import gc
 
 SETTLE_S = 2.0  # after the app starts: its first screen is drawn by then
-TIDY_S = 2.0  # a full collection of what is not frozen: ~0.35 ms on the box, 0.02 % of a core
+TIDY_S = 2.0  # a full collection of what is not frozen: ~0.6 ms on the box, 0.03 % of a core
 # Once settled, the collector runs on tidy's clock rather than on counts of new objects: a tick on the
 # box makes ~1,500 that outlive it a while (nearly all then freed by their reference counts, which
 # needs no collector), and at Python's default threshold (700) the youngest generation was walked ~2

@@ -17,7 +17,7 @@ from rich.color import Color as RichColor
 from rich.segment import Segment
 from rich.style import Style
 from textual.color import Color
-from textual.filter import ANSIToTruecolor, LineFilter
+from textual.filter import ANSIToTruecolor
 from textual.geometry import Region
 from textual.reactive import var
 from textual.strip import Strip
@@ -316,7 +316,7 @@ class CellCanvas(Widget):
     def render_line(self, y: int) -> Strip:  # Textual's way in, when the canvas is not plain
         return self._draw(y, None, None)
 
-    def _draw(self, y: int, truecolor: LineFilter | None, background: Color | None) -> Strip:
+    def _draw(self, y: int, truecolor: ANSIToTruecolor | None, background: Color | None) -> Strip:
         width = self.size.width
         if y >= len(self._lines) or width != self._width:
             return Strip.blank(width, self.base_style)
@@ -324,7 +324,7 @@ class CellCanvas(Widget):
         segments: list[Segment] = []
         # Runs of one style, grouped in C: the cells of a run share one Style object (Line.add).
         runs = groupby(self._lines[y], key=itemgetter(1))
-        if isinstance(truecolor, ANSIToTruecolor) and background is not None:
+        if truecolor is not None and background is not None:
             under = background.rich_color
             for style, run in runs:
                 segments += _segments("".join(map(itemgetter(0), run)), _ink(base, style, truecolor, under))
