@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -68,14 +69,14 @@ def _occurrences(data: bytes, needle: bytes) -> Iterator[int]:
         i = data.find(needle, i + 1)
 
 
-def fake_proc(tmp_path: Path, exe: str, mapped: list[str]) -> Path:
-    """A /proc that holds one process, PID: this user's, sleeping, running `exe`, mapping `mapped`."""
+def fake_proc(tmp_path: Path, exe: str, mapped: list[str], state: str = "S (sleeping)") -> Path:
+    """A /proc that holds one process, PID: this user's, in `state`, running `exe`, mapping `mapped`."""
     root = tmp_path / "proc"
     base = root / str(PID)
     base.mkdir(parents=True)
     uid = os.geteuid()
     (base / "status").write_text(
-        f"Name:\tx\nState:\tS (sleeping)\nTracerPid:\t0\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+        f"Name:\tx\nState:\t{state}\nTracerPid:\t0\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
     )
     (base / "exe").symlink_to(exe)
     lines = [
@@ -111,6 +112,47 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
 
 # -- made-up processes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", ["D (disk sleep)", "T (stopped)", "t (tracing stop)"])
+def test_a_program_that_is_no_python_is_refused_as_such_whatever_state_it_passes_through(
+    tmp_path: Path, state: str
+) -> None:
+    """A program just started is in state D while it pages itself in: it is refused as no Python (lasting,
+    and the doctor keeps quiet), not with "try again when it runs" (once seen as a flaky test in CI)."""
+    refusal = check(PID, proc=fake_proc(tmp_path, SLEEP, [], state))
+    assert isinstance(refusal, Refusal) and "not a Python process" in refusal.reason, refusal
+    assert not refusal.applies
+
+
+def test_a_python_in_disk_sleep_for_a_moment_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A training job reading its data is in state D for moments: one look at D is no reason to refuse."""
+    program, runtime = this_interpreter()
+    proc = fake_proc(tmp_path, program, [] if runtime == program else [runtime], "D (disk sleep)")
+    status = proc / str(PID) / "status"
+    looks: list[float] = []
+
+    def wakes(seconds: float) -> None:  # the second look finds it running
+        looks.append(seconds)
+        if len(looks) == 2:
+            status.write_text(status.read_text().replace("D (disk sleep)", "R (running)"))
+
+    monkeypatch.setattr(preflight, "time", SimpleNamespace(sleep=wakes))
+    monkeypatch.setattr(preflight, "debugger", lambda me=None: ("gdb", "/usr/bin/gdb"))
+    plan = check(PID, proc=proc)
+    assert isinstance(plan, Plan), plan
+    assert len(looks) == 2 and sum(looks) <= preflight.D_LOOKS * preflight.D_PAUSE
+
+
+@pytest.mark.parametrize(
+    ("state", "said"), [("D (disk sleep)", "uninterruptible"), ("T (stopped)", "kill -CONT")]
+)
+def test_a_python_in_a_passing_state_is_told_to_wait(tmp_path: Path, state: str, said: str) -> None:
+    program, runtime = this_interpreter()
+    refusal = check(PID, proc=fake_proc(tmp_path, program, [] if runtime == program else [runtime], state))
+    assert isinstance(refusal, Refusal) and said in refusal.reason and refusal.applies, refusal
 
 
 def test_a_program_that_maps_a_file_named_libpython_3_14_is_not_python(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import os
 import pwd
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,16 +110,6 @@ def _check(pid: int, proc: Path) -> Plan | Refusal:
     state = status.get("State", "?")[:1]
     if state == "Z":
         return no(f"pid {pid} is defunct (a zombie): nothing runs in it any more")
-    if state in "Tt":
-        return no(f"pid {pid} is stopped (state {state}): resume it first (kill -CONT {pid})")
-    if state == "D":
-        return no(
-            f"pid {pid} is in uninterruptible sleep (state D, waiting on the driver or a disk): a debugger "
-            "would wait with it; try again when it runs"
-        )
-    tracer = _int(status.get("TracerPid", "0"))
-    if tracer:
-        return no(f"pid {pid} is already traced by pid {tracer} (a debugger, py-spy): one tracer at a time")
     uid = _int(status.get("Uid", "-1").split()[0])
     user = _user(uid)
     me = os.geteuid()
@@ -139,6 +130,18 @@ def _check(pid: int, proc: Path) -> Plan | Refusal:
     version = python.version
     if version is not None and version < MIN_PYTHON:
         return no(f"pid {pid} runs Python {version[0]}.{version[1]}: the agent needs Python 3.10 or later")
+    # What passes (stopped, in the kernel, traced) comes after what lasts: a program that is no Python is
+    # refused as such even while it pages itself in (state D just after exec), never with "try again".
+    if state in "Tt":
+        return no(f"pid {pid} is stopped (state {state}): resume it first (kill -CONT {pid})")
+    if state == "D" and _stays_in_disk_sleep(base / "status"):
+        return no(
+            f"pid {pid} is in uninterruptible sleep (state D, waiting on the driver or a disk): a debugger "
+            "would wait with it; try again when it runs"
+        )
+    tracer = _int(status.get("TracerPid", "0"))
+    if tracer:
+        return no(f"pid {pid} is already traced by pid {tracer} (a debugger, py-spy): one tracer at a time")
     how = _mechanism(pid, me, uid, user, exe, python)
     # Its socket is there: most likely its agent runs (attach() asks it). A socket left by an earlier process
     # with this pid answers nothing: then attaching goes ahead, and the new agent replaces it.
@@ -197,6 +200,20 @@ def _status(path: Path) -> dict[str, str]:
         key, _, value = line.partition(":")
         out[key] = value.strip()
     return out
+
+
+D_LOOKS = 5  # a job reading its data is in D for moments: refuse only one that stays there
+D_PAUSE = 0.02
+
+
+def _stays_in_disk_sleep(status: Path) -> bool:
+    """Whether the process is still in state D after D_LOOKS more looks, D_PAUSE apart (~0.1 s at most, and
+    only for a process seen in D)."""
+    for _ in range(D_LOOKS):
+        time.sleep(D_PAUSE)
+        if _status(status).get("State", "?")[:1] != "D":
+            return False
+    return True
 
 
 def _int(text: str) -> int:
