@@ -29,6 +29,7 @@ class HostSampler:
         self.clock = clock
         self.proc = proc
         self._last: tuple[int, int] | None = None  # (busy, total) CPU time in ticks at the last call
+        self._percent: float | None = None  # what the last call said
         self._boot: float | None = None
         self._cpus: int | None = None
 
@@ -53,11 +54,18 @@ class HostSampler:
         except (OSError, ValueError):
             return None
         idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-        self._last = (sum(ticks) - idle, sum(ticks))
-        if last is None or self._last[1] <= last[1]:  # the first call, or no time between the two
-            return None
-        busy = (self._last[0] - last[0]) / (self._last[1] - last[1])
-        return max(0.0, min(100.0, 100.0 * busy))
+        now = (sum(ticks) - idle, sum(ticks))
+        if last is not None and now[1] == last[1]:
+            # Within one kernel tick (10 ms) of the last call: nothing new to say. The last figure stands,
+            # and the next call measures from the same start.
+            self._last = last
+            return self._percent
+        self._last = now
+        if last is None or now[1] < last[1]:  # the first call, or the counters went back: unknown
+            self._percent = None
+        else:
+            self._percent = max(0.0, min(100.0, 100.0 * (now[0] - last[0]) / (now[1] - last[1])))
+        return self._percent
 
     def _cpu_count(self) -> int | None:
         if self._cpus is None:

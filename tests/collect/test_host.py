@@ -23,7 +23,7 @@ def test_the_first_reading_has_no_cpu_percent_and_the_next_one_does() -> None:
     host = HostSampler()
     first = host.read()
     assert first.cpu_percent is None  # unknown, not 0 %
-    sum(i * i for i in range(200_000))  # a little CPU time between the two readings
+    time.sleep(0.05)  # the kernel counts CPU time in ticks of 10 ms: two readings within one say nothing new
     second = host.read()
     assert second.cpu_percent is not None and 0.0 <= second.cpu_percent <= 100.0
 
@@ -78,7 +78,14 @@ def test_cpu_is_busy_time_over_all_time_since_the_last_reading(tmp_path: Path) -
     # +300 user (60 of them a guest's, already in user), +100 system, +500 idle, +100 I/O wait
     _proc(tmp_path, user=400, system=150, idle=1300, iowait=150, guest=60)
     assert host.read().cpu_percent == pytest.approx(100 * 400 / 1000)
-    assert host.read().cpu_percent is None  # no time passed since: unknown, not 0 %
+    # Read again within one kernel tick: nothing new, so the last figure stands (not 0 %, not unknown) ...
+    assert host.read().cpu_percent == pytest.approx(100 * 400 / 1000)
+    # ... and the next figure is measured from the same start: +100 busy of +200 since the second reading
+    _proc(tmp_path, user=500, system=150, idle=1400, iowait=150, guest=60)
+    assert host.read().cpu_percent == pytest.approx(100 * 100 / 200)
+    # Counters that go back (a garbled file, a restored container) say nothing true: unknown
+    _proc(tmp_path, user=1, system=1, idle=1, iowait=1)
+    assert host.read().cpu_percent is None
 
 
 def test_memory_in_use_is_what_is_not_available_and_swap_what_is_not_free(tmp_path: Path) -> None:
