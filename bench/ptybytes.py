@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 ESC = 0x1B
@@ -102,9 +102,20 @@ def _utf8_length(lead: int) -> int:
     return 4 if lead >= 0xF0 else 3 if lead >= 0xE0 else 2 if lead >= 0xC0 else 1
 
 
-def attribute(stream: bytes) -> CellBytes:
-    """Every byte of `stream` to the cell it paints or precedes."""
-    out = CellBytes()
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Bytes of the stream that go together: a character, a control, or one escape sequence."""
+
+    row: int  # the cell they belong to: the one a character paints, the one a move lands on
+    col: int
+    size: int
+    placed: bool  # False: bytes of no cell (synchronized-output brackets, modes, OSC strings)
+    char: str = ""  # the character printed, if one is
+    erase: str = ""  # an erase (CSI J or K) with its argument: "J2", "K0", ...
+
+
+def walk(stream: bytes) -> Iterator[Step]:
+    """The stream, step by step, with the cursor followed through the escapes that move it."""
     cur = _Cursor()
     i, n = 0, len(stream)
     while i < n:
@@ -114,21 +125,20 @@ def attribute(stream: bytes) -> CellBytes:
             body = stream[i + 2 : end]
             private = body[:1] in (b"?", b">", b"<", b"=")
             placed = end < n and cur.csi(private, body, stream[end])
-            size = min(end, n - 1) - i + 1
-            if placed:
-                out.cells[cur.row, cur.col] += size
-            else:
-                out.unplaced += size
+            erase = stream[end : end + 1] + body if placed and stream[end] in b"JK" else b""
+            yield Step(
+                cur.row, cur.col, min(end, n - 1) - i + 1, placed, erase=erase.decode("ascii", "replace")
+            )
             i = end + 1
         elif b == ESC and i + 1 < n and stream[i + 1] in b"]PX^_":
             end = _string_end(stream, i)
-            out.unplaced += end - i + 1
+            yield Step(cur.row, cur.col, end - i + 1, False)
             i = end + 1
         elif b == ESC:
-            out.unplaced += min(2, n - i)  # ESC 7, ESC 8, ESC =, ...
+            yield Step(cur.row, cur.col, min(2, n - i), False)  # ESC 7, ESC 8, ESC =, ...
             i += 2
         elif b < 0x20 or b == 0x7F:
-            out.cells[cur.row, cur.col] += 1
+            yield Step(cur.row, cur.col, 1, True)
             if b == 0x0D:
                 cur.col = 0
             elif b == 0x0A:
@@ -138,13 +148,58 @@ def attribute(stream: bytes) -> CellBytes:
             i += 1
         else:
             size = _utf8_length(b)
-            char = stream[i : i + size].decode("utf-8", errors="replace")
-            out.cells[cur.row, cur.col] += size
-            if char and is_chart_glyph(char[0]):
-                out.chart_cells.add((cur.row, cur.col))
-            cur.col += char_width(char[0]) if char else 1
+            char = stream[i : i + size].decode("utf-8", errors="replace")[:1] or "\ufffd"
+            yield Step(cur.row, cur.col, size, True, char)
+            cur.col += char_width(char)
             i += size
+
+
+def attribute(stream: bytes) -> CellBytes:
+    """Every byte of `stream` to the cell it paints or precedes."""
+    out = CellBytes()
+    for step in walk(stream):
+        if not step.placed:
+            out.unplaced += step.size
+            continue
+        out.cells[step.row, step.col] += step.size
+        if step.char and is_chart_glyph(step.char):
+            out.chart_cells.add((step.row, step.col))
     return out
+
+
+def paint(stream: bytes, rows: int, cols: int) -> list[str]:
+    """What a terminal of `rows` x `cols` shows after `stream`: its text, a line per row (styles dropped).
+    A program that redraws only the cells that changed writes a word in pieces; the screen has it whole."""
+    grid = [[" "] * cols for _ in range(rows)]
+    for step in walk(stream):
+        row, col = step.row, step.col
+        if step.erase:
+            _erase(grid, step.erase, row, col)
+        elif step.char and row < rows and col < cols:
+            grid[row][col] = step.char
+            if char_width(step.char) == 2 and col + 1 < cols:
+                grid[row][col + 1] = ""  # the right half of a wide character
+    return ["".join(line).rstrip() for line in grid]
+
+
+def _erase(grid: list[list[str]], erase: str, row: int, col: int) -> None:
+    """CSI J (the screen: 0 from the cursor on, 1 up to it, 2 or 3 all) and CSI K (the same of a line)."""
+    how = erase[1:] or "0"
+    lines = range(len(grid))
+    if erase[0] == "J":
+        lines = range(row + 1, len(grid)) if how == "0" else range(row) if how == "1" else lines
+        for r in lines:
+            grid[r] = [" "] * len(grid[r])
+        if how in ("2", "3"):
+            return
+    if row < len(grid):
+        line = grid[row]
+        if how == "0":
+            line[col:] = [" "] * max(0, len(line) - col)
+        elif how == "1":
+            line[: col + 1] = [" "] * min(len(line), col + 1)
+        else:
+            grid[row] = [" "] * len(line)
 
 
 CHARTS = "charts and bars"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.ptybytes import CHARTS, attribute, by_widget
+from bench.ptybytes import CHARTS, attribute, by_widget, paint
 
 SYNC_ON, SYNC_OFF = b"\x1b[?2026h", b"\x1b[?2026l"
 
@@ -69,3 +69,18 @@ def test_bytes_by_widget_split_charts_from_text() -> None:
 def test_cells_outside_the_layout_are_named_so() -> None:
     counts = by_widget(attribute(b"\x1b[9;9Hx"), [["a"]], frozenset())
     assert counts == {"(off screen)": len(b"\x1b[9;9Hx")}
+
+
+def test_paint_shows_a_word_written_in_pieces_whole() -> None:
+    """A program that redraws only the cells that changed writes "REASON" where "USER" ended in an R as
+    "EASON" after a move: the screen reads "REASON"; the byte stream never holds the word."""
+    stream = b"\x1b[2J\x1b[1;1HUSER" + b"\x1b[1;1H   " + b"\x1b[1;5HEASON"
+    assert b"REASON" not in stream
+    assert paint(stream, 2, 20) == ["   REASON", ""]
+
+
+def test_paint_erases_and_wide_characters() -> None:
+    stream = "\x1b[1;1Habcdef\x1b[1;3H\x1b[K\x1b[2;1H日x\x1b[3;1Hzz\x1b[2;2H\x1b[1J".encode()
+    assert paint(stream, 3, 6) == ["", "  x", "zz"]  # J1: the rows above, and the line up to the cursor
+    assert paint("\x1b[1;1H日本".encode(), 1, 4) == ["日本"]
+    assert paint(b"\x1b[1;1Hab\x1b[2J\x1b[1;2Hc", 1, 3) == [" c"]

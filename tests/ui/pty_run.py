@@ -14,6 +14,7 @@ import termios
 import threading
 import time
 
+from bench.ptybytes import paint
 from tests.ui.terminal import ROOT, _env
 
 ALT_SCREEN_ON = b"\x1b[?1049h"
@@ -35,6 +36,7 @@ class PtyRun:
         ctty: bool = True,
     ) -> None:
         """`ctty`: the pty is its controlling terminal (a hang-up sends it SIGHUP), as in a login."""
+        self.size = (cols, rows)
         self.master, slave = os.openpty()
         self._out = bytearray()
         self._lock = threading.Lock()
@@ -77,6 +79,12 @@ class PtyRun:
     def output(self) -> bytes:
         with self._lock:
             return bytes(self._out)
+
+    def screen(self) -> str:
+        """What the terminal shows now, line by line (gputui redraws only the cells that change, so a word
+        may reach the terminal in pieces: search the screen, not the bytes, for what it says)."""
+        cols, rows = self.size
+        return "\n".join(paint(self.output(), rows, cols))
 
     def text(self, tail: int = 3000) -> str:
         return self.output()[-tail:].decode(errors="replace")
