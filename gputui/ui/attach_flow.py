@@ -68,7 +68,9 @@ class AttachFlow:
             return
         from gputui.actions import attach as attaching
 
-        plan = attaching.check(row.pid)  # /proc reads only: a fraction of a millisecond
+        # /proc reads only: a fraction of a millisecond (up to 0.1 s for a process seen in state D, which
+        # it looks at again: a moment in D is no reason to refuse)
+        plan = attaching.check(row.pid)
         if isinstance(plan, attaching.Refusal):
             app.say(f"{row.pid} runs no gputui agent and cannot be attached: {plan.reason}", "warning")
             return
