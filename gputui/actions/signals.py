@@ -220,20 +220,20 @@ def await_outcome(
     poll: float = 0.1,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[Outcome]:
-    """For each signal that was sent: gone, or still alive after `timeout` seconds."""
-    pending = [o for o in sent if o.result == "sent"]
-    done: list[Outcome] = []
+    """For each signal that was sent, in the order sent: gone, or still alive after `timeout` seconds.
+    The order is the sending's, not the order the processes happened to end in, so that the same kill
+    always reads the same (children first, as they were signalled)."""
+    pending = dict(enumerate(o for o in sent if o.result == "sent"))
+    done: dict[int, Outcome] = {}
     deadline = time.monotonic() + timeout
     while pending:
-        still = []
-        for o in pending:
+        for i, o in list(pending.items()):
             if gone(o.target):
-                done.append(Outcome(o.target, o.signal, "gone"))
-            else:
-                still.append(o)
-        pending = still
+                done[i] = Outcome(o.target, o.signal, "gone")
+                del pending[i]
         if not pending or time.monotonic() >= deadline:
             break
         sleep(poll)
-    done += [Outcome(o.target, o.signal, "still alive", f"after {timeout:g} s") for o in pending]
-    return done
+    for i, o in pending.items():
+        done[i] = Outcome(o.target, o.signal, "still alive", f"after {timeout:g} s")
+    return [done[i] for i in sorted(done)]

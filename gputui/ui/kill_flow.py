@@ -89,8 +89,9 @@ class KillFlow:
         """On a worker thread: the outcome at once, then again once each process ended or outlived it."""
         sent = signals.send(request.targets, request.signal, request.include_children)
         self.app.call_from_thread(self._report, sent, False)
-        waited = signals.await_outcome(sent, timeout=ESCALATE_AFTER_S)
-        self.app.call_from_thread(self._report, [o for o in sent if o.result != "sent"] + waited, True)
+        waited = iter(signals.await_outcome(sent, timeout=ESCALATE_AFTER_S))
+        final = [next(waited) if o.result == "sent" else o for o in sent]  # in the order they were sent
+        self.app.call_from_thread(self._report, final, True)
 
     def _report(self, outcomes: list[signals.Outcome], final: bool) -> None:
         if not outcomes:

@@ -8,6 +8,7 @@ signal init, pytest or its shell.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -254,11 +255,25 @@ def test_include_children_signals_the_children_first(lab: Lab) -> None:
     assert [(o.target.pid, o.result) for o in sent] == [(grandchild, "sent"), (child.pid, "sent")]
     assert lab.signals_sent() == [(grandchild, signal.SIGTERM), (child.pid, signal.SIGTERM)]
     final = signals.await_outcome(sent, timeout=3)
-    assert sorted((o.target.pid, o.result) for o in final) == sorted(
-        [(grandchild, "gone"), (child.pid, "gone")]
-    )
+    assert [(o.target.pid, o.result) for o in final] == [(grandchild, "gone"), (child.pid, "gone")]
     assert child.wait(timeout=5) == -signal.SIGTERM
     assert wait_until(lambda: not alive(grandchild))
+
+
+def test_outcomes_come_in_the_order_sent_whichever_ended_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent may end before its child is seen gone (the kernel's timing): the status line still
+    names them as they were signalled, so the same kill always reads the same."""
+    child, parent, stubborn = Target(4102, 1.0), Target(4101, 1.0), Target(4103, 1.0)
+    looks = {4102: iter([False, False, True]), 4101: iter([True]), 4103: itertools.repeat(False)}
+    monkeypatch.setattr(signals, "gone", lambda t: next(looks[t.pid]))
+    sent = [Outcome(t, "SIGTERM", "sent") for t in (child, parent, stubborn)]
+    already = Outcome(Target(4104, 1.0), "SIGTERM", "already gone")
+    final = signals.await_outcome([sent[0], already, *sent[1:]], timeout=0.2, poll=0.01)
+    assert [(o.target.pid, o.result) for o in final] == [
+        (4102, "gone"),
+        (4101, "gone"),
+        (4103, "still alive"),
+    ]
 
 
 def test_children_of_a_childless_process(lab: Lab) -> None:
