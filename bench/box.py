@@ -1,7 +1,8 @@
 """box: the side-by-side box of issue 29. 8 GPUs, each with a rank of 1 trainer and 3 workers (32 real
 processes, bench/box_rank.py), every one a compute process of its GPU whose SM % changes every 0.5 s, on a
 fake NVML in the monitor's own process (bench/box_world.py). gputui at 1 Hz in a 120x40 pseudo-terminal:
-CPU % of one core, bytes/s written to the terminal, peak RSS (VmHWM), first full frame; nvitop the same
+CPU % of one core, bytes/s written to the terminal, peak RSS (VmHWM), first full frame (the median of
+bench.shared.FIRST_FRAME_STARTS starts); nvitop the same
 on the same box when it is installed (its numbers set the budgets); and where gputui's bytes go, per
 widget per tick (bench/ptybytes.py over the captured stream, on the widget layout of the same app run
 headless at the same size).
@@ -20,10 +21,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 from bench.ptybytes import attribute, by_widget
-from bench.shared import ROOT, PtyRun, quit_in_pty, start_in_pty, watch_pty
+from bench.shared import ROOT, PtyRun, first_frames, quit_in_pty, start_in_pty, watch_pty
 
 WORLD = ROOT / "bench" / "box_world.py"
 RANK = ROOT / "bench" / "box_rank.py"
@@ -80,13 +82,18 @@ def run_tool(
     measure: float,
     capture: bool = False,
 ) -> PtyRun:
-    command = [sys.executable, str(WORLD), json.dumps(box), tool, *args]
     start = time.monotonic()
-    proc, master = start_in_pty((), *size, command=command)
+    proc, master = start_tool(box, tool, args, size)
     try:
         return watch_pty(proc, master, start, warmup, measure, full_frame, capture)
     finally:
         quit_in_pty(proc, master)
+
+
+def start_tool(
+    box: list[list[int]], tool: str, args: tuple[str, ...], size: tuple[int, int]
+) -> tuple[subprocess.Popen[bytes], int]:
+    return start_in_pty((), *size, command=[sys.executable, str(WORLD), json.dumps(box), tool, *args])
 
 
 def layout(box: list[list[int]], args: tuple[str, ...], size: tuple[int, int]) -> list[list[str]]:
@@ -135,11 +142,14 @@ def bench_box(
     with ranks(gpus, workers) as box:
         run = run_tool(box, "gputui", gputui_args, gputui_frame, size, warmup, measure, where_bytes_go)
         result.update(run.summary())
+        result.update(first_frames(run, partial(start_tool, box, "gputui", gputui_args, size), gputui_frame))
         version = nvitop_version() if with_nvitop else None
         if version is not None:
             nv_args = ("--monitor", "--interval", f"{interval:g}")
-            nv = run_tool(box, "nvitop", nv_args, (RANK.name.encode(),), size, warmup, measure)
-            result["nvitop"] = {"version": version, **nv.summary()}
+            nv_frame = (RANK.name.encode(),)
+            nv = run_tool(box, "nvitop", nv_args, nv_frame, size, warmup, measure)
+            nv_starts = first_frames(nv, partial(start_tool, box, "nvitop", nv_args, size), nv_frame)
+            result["nvitop"] = {"version": version, **nv.summary(), **nv_starts}
             result.update(_relative_limits(run, nv))
         else:
             result.update(

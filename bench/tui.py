@@ -1,11 +1,13 @@
 """tui: a gputui TUI in a pseudo-terminal (the demo unless told otherwise): bytes/s written to the
-terminal, CPU % of one core (the whole process tree), peak RSS, time to the first full frame."""
+terminal, CPU % of one core (the whole process tree), peak RSS, time to the first full frame (the median of
+bench.shared.FIRST_FRAME_STARTS starts)."""
 
 from __future__ import annotations
 
 import time
+from functools import partial
 
-from bench.shared import quit_in_pty, start_in_pty, watch_pty
+from bench.shared import FIRST_FRAME_STARTS, first_frames, quit_in_pty, start_in_pty, watch_pty
 
 
 def bench_tui(
@@ -16,6 +18,7 @@ def bench_tui(
     rows: int = 40,
     args: tuple[str, ...] | None = None,
     full_frame: tuple[bytes, ...] | None = None,
+    starts: int = FIRST_FRAME_STARTS,
 ) -> dict[str, object]:
     """A gputui TUI in a pseudo-terminal: `gputui --demo` unless `args` says otherwise; the first full
     frame is when every byte string of `full_frame` has been written."""
@@ -28,4 +31,5 @@ def bench_tui(
         run = watch_pty(proc, master, start, warmup, measure, full_frame)
     finally:
         quit_in_pty(proc, master)
-    return {"gpus": gpus, "size": f"{cols}x{rows}", **run.summary()}
+    first = first_frames(run, partial(start_in_pty, args, cols, rows), full_frame, starts)
+    return {"gpus": gpus, "size": f"{cols}x{rows}", **run.summary(), **first}
