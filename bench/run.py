@@ -25,6 +25,7 @@ box:     issue 29's side-by-side box: 8 GPUs, each with a rank of 1 trainer + 3 
          every process's SM % changing every 0.5 s, on a fake NVML; gputui at 1 Hz in 120x40 for
          --box-seconds: CPU %, bytes/s, peak RSS, first full frame, and its bytes per widget per tick;
          nvitop the same on the same box when installed (the budgets are then relative to it).
+history: the most an hour of the TUI's history holds (8 GPUs at 1 Hz and at 4 Hz), by tracemalloc.
 pace:    the sampling schedule (median gap between samples at a 0.25 s interval, a sample taking 0.08 s)
          and the Xid thread's idle waits (100 ms timeout, 0.55 s): the tight numbers their tests held once.
 """
@@ -50,6 +51,7 @@ from bench.box import bench_box  # noqa: E402
 from bench.exporter import bench_exporter  # noqa: E402
 from bench.fleet import bench_fleet  # noqa: E402
 from bench.gpm import bench_gpm  # noqa: E402
+from bench.history import bench_history  # noqa: E402
 from bench.holders import bench_holders  # noqa: E402
 from bench.nvml_calls import bench_nvml_calls  # noqa: E402
 from bench.oneshot import bench_oneshot  # noqa: E402
@@ -85,6 +87,9 @@ BUDGETS = (
         0.2,
     ),
     ("recording MB per hour (8-GPU demo, 1 Hz, .jsonl.gz)", ("recording", "gzip_mb_per_hour"), 6),
+    # The TUI's hour of history, the most it holds (a long watch stays as small as its first minute).
+    ("history MiB, an hour of 8 GPUs at 1 Hz", ("history", "hour_at_1hz_mib"), 1),
+    ("history MiB, an hour of 8 GPUs at 4 Hz", ("history", "hour_at_4hz_mib"), 3),
     # Issue 27: GPM's two calls per GPU per tick (a sample, the metrics since the last), and their time.
     ("GPM NVML calls per GPU per tick", ("gpm", "gpm_calls_per_gpu_per_tick"), 2),
     ("GPM ms per GPU per tick (fake NVML)", ("gpm", "gpm_ms_per_gpu_per_tick"), 0.5),
@@ -162,6 +167,7 @@ def main() -> int:
         "pace": bench_pace,
         "oneshot": bench_oneshot,
         "recording": lambda: bench_recording(seconds=args.record_seconds),
+        "history": bench_history,
         "box": lambda: bench_box(measure=args.box_seconds, with_nvitop=not args.no_nvitop),
     }
     only = sections if args.only is None else args.only.split(",")
