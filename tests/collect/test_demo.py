@@ -608,3 +608,47 @@ def test_a_demo_child_with_bad_arguments_says_so_in_one_line(args: list[str], er
     )
     assert run.returncode == 1
     assert error in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+# The trainer's own script, every fork's child held back 0.5 s before it goes on, as a loaded box may.
+SLOW_CHILDREN = (
+    "import os, runpy, sys, time\n"
+    "fork = os.fork\n"
+    "def slow_fork():\n"
+    "    pid = fork()\n"
+    "    if pid == 0:\n"
+    "        time.sleep(0.5)\n"
+    "    return pid\n"
+    "os.fork = slow_fork\n"
+    "sys.argv = sys.argv[1:]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+
+
+def test_a_trainer_says_ready_only_once_its_defunct_child_is_a_zombie(tmp_path: Path) -> None:
+    """The demo's world is whole at "ready": its one defunct process is already a zombie, however late
+    the child ran (CI once saw it still alive, and a test counted no zombie)."""
+    import gputui.collect.sources.demo_train as script
+
+    for name in ("nvidia0", "nvidiactl", "nvidia-uvm"):
+        (tmp_path / name).touch()
+    read_end, write_end = os.pipe()
+    argv = [script.__file__, "--role", "trainer", "--gpu", "0", "--workers", "0", "--defunct"]
+    env = {**os.environ, "GPUTUI_DEMO_DEVICES": str(tmp_path), "GPUTUI_DEMO_WATCH": str(read_end)}
+    trainer = subprocess.Popen(
+        [sys.executable, "-I", "-c", SLOW_CHILDREN, *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        env=env,
+        pass_fds=(read_end,),
+    )
+    os.close(read_end)
+    try:
+        assert trainer.stdout is not None and trainer.stdout.readline().strip() == b"ready"
+        kids = psutil.Process(trainer.pid).children()
+        assert [k.status() for k in kids] == [psutil.STATUS_ZOMBIE]
+    finally:
+        os.close(write_end)  # end of file: the trainer exits
+        assert trainer.wait(timeout=10) == 0
+        if trainer.stdout is not None:
+            trainer.stdout.close()

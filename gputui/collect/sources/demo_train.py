@@ -81,8 +81,11 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, _checkpoint_and_exit)
     for _ in range(int(args["workers"])):
         _fork_worker(watch)
-    if "defunct" in args and os.fork() == 0:
-        os._exit(0)  # never waited for: stays a zombie while this trainer lives
+    if "defunct" in args:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)  # never reaped: stays a zombie while this trainer lives
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # "ready" once it is one, still unreaped
     print("ready", flush=True)
     _wait_for_eof(watch)
     if "janitor" in args:
