@@ -109,6 +109,13 @@ class Hog:
             out.append(stat.rsplit(")", 1)[1].split()[0])
         return "".join(out)
 
+    def main_state(self) -> str:
+        """Its main thread's state (R, S, t, ...); "" once it is gone."""
+        try:
+            return Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return ""
+
     def tracer(self) -> int:
         try:
             for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

@@ -41,34 +41,42 @@ pytestmark = pytest.mark.skipif(
 QUICK_S = debugger.GRACE_S / 2
 
 
-def _slow(monkeypatch: pytest.MonkeyPatch, seconds: int, before: Callable[[str], bool]) -> None:
-    """gdb's script with a `sleep` call in the job inserted before the first line `before` accepts."""
+def _slow(monkeypatch: pytest.MonkeyPatch, seconds: int, before: Callable[[str], bool], mark: Path) -> Path:
+    """gdb's script with a `sleep` call in the job inserted before the first line `before` accepts, and
+    `mark` made just before that call: the file `inside` waits for."""
     real = debugger.gdb_script
 
     def script(boot: Path) -> str:
         lines = real(boot).splitlines()
         at = next(i for i, line in enumerate(lines) if before(line))
-        return "\n".join([*lines[:at], f"call (unsigned int) sleep({seconds})", *lines[at:]])
+        slow = [f"shell touch {mark}", f"call (unsigned int) sleep({seconds})"]
+        return "\n".join([*lines[:at], *slow, *lines[at:]])
 
     monkeypatch.setattr(debugger, "gdb_script", script)
+    return mark
 
 
 @pytest.fixture
-def slow_malloc(monkeypatch: pytest.MonkeyPatch) -> None:
+def slow_malloc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """Its first call waits 30 s: the moment before the claim, as a malloc that waits on a lock."""
-    _slow(monkeypatch, 30, lambda line: "malloc(" in line)
+    return _slow(monkeypatch, 30, lambda line: "malloc(" in line, tmp_path / "calling")
 
 
 @pytest.fixture
-def slow_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+def slow_queue(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """3 s in the job once gdb has claimed the step: the moment it is never interrupted in."""
-    _slow(monkeypatch, 3, lambda line: "Py_AddPendingCall" in line)
+    return _slow(monkeypatch, 3, lambda line: "Py_AddPendingCall" in line, tmp_path / "calling")
 
 
-def inside(hog: Hog) -> Path:
-    """Until a debugger is attached to the job and inside a call (its janitor's copy)."""
+def inside(hog: Hog, mark: Path) -> Path:
+    """Until a debugger is inside its slow call in the job (its janitor's copy). Not a fixed pause after
+    attaching: on a loaded box gdb may still be setting the call up, and an interrupt there is another
+    moment than the one a test means (CI once saw the job sleep on in the call after gdb left). gdb made
+    `mark` just before the call, and the job's main thread runs (in the call) instead of being held."""
     assert wait_until(lambda: hog.tracer() != 0 and len(copies_for(hog.pid)) == 1, 15.0)
-    time.sleep(1.0)  # past attaching, inside the call
+    assert wait_until(mark.exists, 15.0)
+    assert wait_until(lambda: hog.main_state() not in ("t", "T"), 15.0), hog.main_state()
+    time.sleep(0.2)
     (copy,) = copies_for(hog.pid)
     return copy
 
@@ -154,10 +162,10 @@ def test_quitting_just_after_gdb_left_says_the_bootstrap_is_queued(
     wait_queued(hog.pid)
 
 
-def test_quitting_before_the_claim_stops_gdb(hog: Hog, slow_malloc: None) -> None:
+def test_quitting_before_the_claim_stops_gdb(hog: Hog, slow_malloc: Path) -> None:
     hog.hold_briefly()
     attaching = Attaching(hog.pid)
-    copy = inside(hog)
+    copy = inside(hog, slow_malloc)
     t0 = time.monotonic()
     (said,) = run.abandon()
     assert time.monotonic() - t0 < QUICK_S
@@ -169,10 +177,10 @@ def test_quitting_before_the_claim_stops_gdb(hog: Hog, slow_malloc: None) -> Non
     assert_runs_on(hog, copy, agent=False)
 
 
-def test_quitting_after_the_claim_leaves_gdb_to_finish(hog: Hog, slow_queue: None) -> None:
+def test_quitting_after_the_claim_leaves_gdb_to_finish(hog: Hog, slow_queue: Path) -> None:
     hog.hold_briefly()
     attaching = Attaching(hog.pid)
-    copy = inside(hog)
+    copy = inside(hog, slow_queue)
     assert (copy / debugger.TAKEN).exists()
     (said,) = run.abandon()
     assert "left to finish" in said and "not harmed" in said, said
@@ -183,7 +191,7 @@ def test_quitting_after_the_claim_leaves_gdb_to_finish(hog: Hog, slow_queue: Non
     assert_runs_on(hog, copy, agent=True)
 
 
-def test_the_timeout_before_the_claim_stops_gdb_and_tries_again(hog: Hog, slow_malloc: None) -> None:
+def test_the_timeout_before_the_claim_stops_gdb_and_tries_again(hog: Hog, slow_malloc: Path) -> None:
     hog.hold_briefly()
     t0 = time.monotonic()
     outcome = run.attach(hog.pid, timeout=1.5)
@@ -195,10 +203,10 @@ def test_the_timeout_before_the_claim_stops_gdb_and_tries_again(hog: Hog, slow_m
     assert AgentPoller().report(hog.pid) is None
 
 
-def test_the_timeout_after_the_claim_leaves_gdb_to_finish(hog: Hog, slow_queue: None) -> None:
+def test_the_timeout_after_the_claim_leaves_gdb_to_finish(hog: Hog, slow_queue: Path) -> None:
     hog.hold_briefly()
     attaching = Attaching(hog.pid, timeout=1.5)
-    copy = inside(hog)
+    copy = inside(hog, slow_queue)
     attaching.join(5)
     outcome = attaching.outcome
     assert outcome is not None and outcome.pending and not outcome.timed_out, outcome
