@@ -286,6 +286,9 @@ def test_a_process_seen_before_its_exec_shows_its_new_command(tmp_path: Path) ->
     )
     child = subprocess.Popen([sys.executable, "-c", script, "gputui-before-exec"])
     try:
+        # Popen returns once Python's own exec began: its command line is there a moment later (under load,
+        # the first read was still empty). The test's first sight is of the running Python, before *its* exec.
+        assert wait_until(lambda: "gputui-before-exec" in psutil.Process(child.pid).cmdline(), 10.0)
         joiner = ProcessJoiner()
         (before,) = _rows(joiner, [_gp(child.pid)])
         assert "gputui-before-exec" in (before.command or ""), before.command
