@@ -137,6 +137,71 @@ def test_a_zombie_is_still_visible(sleeper: Sleeper) -> None:
         assert row.ppid == os.getpid()
 
 
+def _count_cmdline_reads(monkeypatch: pytest.MonkeyPatch, empty_first: int = 0) -> list[int]:
+    """psutil's command line reads, by PID; the first `empty_first` read empty, as one caught in the moment
+    of its exec does (the kernel has named the new program, and not yet written its arguments)."""
+    reads: list[int] = []
+    real = psutil.Process.cmdline
+
+    def cmdline(proc: psutil.Process) -> list[str]:
+        reads.append(proc.pid)
+        return [] if len(reads) <= empty_first else real(proc)
+
+    monkeypatch.setattr(psutil.Process, "cmdline", cmdline)
+    return reads
+
+
+def test_a_command_line_read_empty_is_read_again_until_it_is_there(
+    sleeper: Sleeper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI caught a process inside its exec: name already `sleep`, command line still empty. Its row read
+    `[sleep]` for good (only a new start time or name made the joiner look again)."""
+    child = sleeper("gputui-read-again")
+    reads = _count_cmdline_reads(monkeypatch, empty_first=2)
+    joiner = ProcessJoiner()
+    commands = [_rows(joiner, [_gp(child.pid)])[0].command for _ in range(4)]
+    assert len(reads) == 3  # once it was there, never read again
+    name = psutil.Process(child.pid).name()
+    assert commands[:2] == [f"[{name}]"] * 2
+    assert commands[2:] == [" ".join(psutil.Process(child.pid).cmdline())] * 2
+    assert "gputui-read-again" in (commands[3] or "")
+
+
+def test_an_empty_command_line_is_final_for_a_zombie(
+    sleeper: Sleeper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    child = sleeper()
+    child.kill()  # not waited for: a zombie until the fixture reaps it
+    assert wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 10.0)
+    reads = _count_cmdline_reads(monkeypatch)
+    joiner = ProcessJoiner()
+    for _ in range(3):
+        (row,) = _rows(joiner, [_gp(child.pid)])
+    assert reads == [child.pid]  # its first sight only
+    assert row.state == psutil.STATUS_ZOMBIE and row.command is not None and row.command.startswith("[")
+
+
+def _kernel_thread() -> int | None:
+    for proc in psutil.process_iter(["ppid", "cmdline"]):
+        if proc.info["ppid"] == 2 and proc.info["cmdline"] == []:
+            return proc.pid
+    return None
+
+
+def test_a_kernel_thread_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel thread's command line is empty for good (it has no user memory): once is enough."""
+    pid = _kernel_thread()
+    if pid is None:
+        pytest.skip("no kernel thread visible in this PID namespace")
+    reads = _count_cmdline_reads(monkeypatch)
+    joiner = ProcessJoiner()
+    assert joiner.lookup(pid) is not None
+    first_sight = len(reads)  # psutil's name() reads it too when the kernel's name is cut at 15 characters
+    for _ in range(2):
+        joiner.lookup(pid)
+    assert first_sight >= 1 and len(reads) == first_sight
+
+
 def test_a_reused_pid_is_a_new_process_simulated(sleeper: Sleeper, monkeypatch: pytest.MonkeyPatch) -> None:
     """NVML keeps reporting pid P; meanwhile the process we knew as P ended and P went to another one.
 
@@ -294,6 +359,8 @@ def test_a_process_seen_before_its_exec_shows_its_new_command(tmp_path: Path) ->
         assert "gputui-before-exec" in (before.command or ""), before.command
         go.touch()
         assert wait_until(lambda: psutil.Process(child.pid).name() == "sleep", 10.0)
+        _rows(joiner, [_gp(child.pid)])  # the tick may land inside the exec: its arguments not yet written
+        assert wait_until(lambda: psutil.Process(child.pid).cmdline() == ["sleep", "29.5"], 10.0)
         (after,) = _rows(joiner, [_gp(child.pid)])
         assert after.command == "sleep 29.5" and after.name == "sleep", after
     finally:

@@ -96,6 +96,7 @@ _STATES = {
     "W": "waking",
     "P": "parked",
 }
+_PF_KTHREAD = 0x00200000  # of /proc/PID/stat's flags (include/linux/sched.h)
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -111,6 +112,7 @@ class _Stat:
     rss: int
     pgid: int = 0  # its process group; 0: unknown, or outside this PID namespace
     comm: bytes = b""  # its name as the kernel keeps it: changes when the process execs
+    kernel: bool = False  # a kernel thread (PF_KTHREAD): its command line is empty for good
 
 
 _UNREADABLE = "unreadable"  # /proc/PID/stat exists but is not ours to read (/proc mounted hidepid=1)
@@ -136,6 +138,7 @@ def _read_stat(pid: int) -> _Stat | str | None:
             int(rest[21]) * _PAGE_SIZE,
             int(rest[2]),
             data[data.find(b"(") + 1 : data.rfind(b")")],
+            bool(int(rest[6]) & _PF_KTHREAD),
         )
     except (IndexError, ValueError):
         return None
@@ -155,6 +158,9 @@ class _Known:
     seen_before: bool = False
     idle_since: float | None = None
     comm: bytes = b""
+    # Its command line read empty while it ran: caught inside an exec (the kernel names the new program
+    # before it writes its arguments) or before Python set it. Read again each tick until it is there.
+    command_unread: bool = False
 
 
 class ProcessJoiner:
@@ -327,6 +333,8 @@ class ProcessJoiner:
                 return None
         else:
             self._measure_cpu(known, stat.cpu_ticks, now)
+            if known.command_unread:
+                self._read_command(pid, known, stat)
         return HostInfo(
             user=known.user,
             name=known.name,
@@ -361,23 +369,47 @@ class ProcessJoiner:
             proc = psutil.Process(pid)
             with proc.oneshot():
                 name = _text(_maybe(proc.name))
+                cmdline = _maybe(proc.cmdline)
                 known = _Known(
                     stat.start_ticks,
                     _maybe(proc.create_time),
                     _text(_maybe(proc.username)),
                     name,
-                    _command(_maybe(proc.cmdline), name),
+                    _command(cmdline, name),
                     _ns_pid(pid),
                     stat.cpu_ticks,
                     now,
                     idle_since=now,
                     comm=stat.comm,
+                    command_unread=_unread(cmdline, stat),
                 )
         except (psutil.NoSuchProcess, ValueError):
             self._known.pop(pid, None)
             return None
         self._known[pid] = known
         return known
+
+    def _read_command(self, pid: int, known: _Known, stat: _Stat) -> None:
+        """Its name and command line again, while they read empty (`_Known.command_unread`). The same
+        process (start time and comm unchanged), so what else was read of it stands."""
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                if known.create_time is not None and proc.create_time() != known.create_time:
+                    return  # another process behind the PID since the stat read: the next tick sees it
+                name = _text(_maybe(proc.name))
+                cmdline = _maybe(proc.cmdline)
+        except (psutil.NoSuchProcess, ValueError):
+            return
+        known.command_unread = _unread(cmdline, stat)
+        if cmdline:
+            known.name, known.command = name, _command(cmdline, name)
+
+
+def _unread(cmdline: list[str] | None, stat: _Stat) -> bool:
+    """Whether an empty command line may still be filled in: not a zombie's or a kernel thread's, whose
+    are empty for good; not one we may not read (None)."""
+    return cmdline == [] and stat.state not in ("zombie", "dead") and not stat.kernel
 
 
 def _host(pid: int, host: HostInfo | None) -> HostProcess | None:
