@@ -368,8 +368,7 @@ class ProcessJoiner:
         try:
             proc = psutil.Process(pid)
             with proc.oneshot():
-                name = _text(_maybe(proc.name))
-                cmdline = _maybe(proc.cmdline)
+                name, cmdline = _names(proc)
                 known = _Known(
                     stat.start_ticks,
                     _maybe(proc.create_time),
@@ -391,14 +390,12 @@ class ProcessJoiner:
 
     def _read_command(self, pid: int, known: _Known, stat: _Stat) -> None:
         """Its name and command line again, while they read empty (`_Known.command_unread`). The same
-        process (start time and comm unchanged), so what else was read of it stands."""
+        process (start time and comm unchanged), so what else was read of it stands. A PID reused since the
+        stat read is the race `_first_sight` has too: the next tick's stat tells, and reads it afresh."""
         try:
             proc = psutil.Process(pid)
             with proc.oneshot():
-                if known.create_time is not None and proc.create_time() != known.create_time:
-                    return  # another process behind the PID since the stat read: the next tick sees it
-                name = _text(_maybe(proc.name))
-                cmdline = _maybe(proc.cmdline)
+                name, cmdline = _names(proc)
         except (psutil.NoSuchProcess, ValueError):
             return
         known.command_unread = _unread(cmdline, stat)
@@ -406,10 +403,15 @@ class ProcessJoiner:
             known.name, known.command = name, _command(cmdline, name)
 
 
+def _names(proc: psutil.Process) -> tuple[str | None, list[str] | None]:
+    """Its name (psutil's: the kernel's 15 characters, made whole from the command line) and command line."""
+    return _text(_maybe(proc.name)), _maybe(proc.cmdline)
+
+
 def _unread(cmdline: list[str] | None, stat: _Stat) -> bool:
-    """Whether an empty command line may still be filled in: not a zombie's or a kernel thread's, whose
-    are empty for good; not one we may not read (None)."""
-    return cmdline == [] and stat.state not in ("zombie", "dead") and not stat.kernel
+    """Whether an empty command line may still be filled in: not a kernel thread's, empty for good. A
+    zombie's reads None (psutil's ZombieProcess), as does one we may not read."""
+    return cmdline == [] and not stat.kernel
 
 
 def _host(pid: int, host: HostInfo | None) -> HostProcess | None:
