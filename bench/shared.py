@@ -129,18 +129,8 @@ def first_frame_only(
     `full_frame` is on it: the seconds that took, or None if it did not come within 10 s."""
     t0 = time.monotonic()
     proc, master = start()
-    seen = b""
     try:
-        while time.monotonic() - t0 < 10.0:
-            if not select.select([master], [], [], 0.05)[0]:
-                continue
-            try:
-                seen += os.read(master, 65536)
-            except OSError:
-                return None
-            if all(mark in seen for mark in full_frame):
-                return time.monotonic() - t0
-        return None
+        return watch_pty(proc, master, t0, 10.0, 0.0, full_frame, until_frame=True).first_frame_s
     finally:
         quit_in_pty(proc, master)
 
@@ -170,9 +160,10 @@ def watch_pty(
     measure: float,
     full_frame: tuple[bytes, ...],
     capture: bool = False,
+    until_frame: bool = False,
 ) -> PtyRun:
-    """Read the terminal of `proc` (started at monotonic `start`) for `warmup` + `measure` seconds; the
-    first full frame is when every byte string of `full_frame` has been written."""
+    """Read the terminal of `proc` (started at monotonic `start`) for `warmup` + `measure` seconds, or only
+    until its first full frame (`until_frame`): when every byte string of `full_frame` has been written."""
     ps = psutil.Process(proc.pid)
     seen = b""
     first_frame = first_output = None
@@ -202,6 +193,8 @@ def watch_pty(
             seen += chunk
             if all(mark in seen for mark in full_frame):
                 first_frame = time.monotonic() - start
+                if until_frame:
+                    break
     elapsed = time.monotonic() - t_measure if t_measure else 0.0
     cpu = (tree_cpu(ps) - cpu0) / elapsed * 100 if cpu0 is not None and elapsed else None
     return PtyRun(elapsed, written, cpu, peak_rss_kib(proc.pid), first_output, first_frame, b"".join(kept))
