@@ -409,9 +409,10 @@ def _names(proc: psutil.Process) -> tuple[str | None, list[str] | None]:
 
 
 def _unread(cmdline: list[str] | None, stat: _Stat) -> bool:
-    """Whether an empty command line may still be filled in: not a kernel thread's, empty for good. A
-    zombie's reads None (psutil's ZombieProcess), as does one we may not read."""
-    return cmdline == [] and not stat.kernel
+    """Whether an empty command line may still be filled in: not a zombie's or a kernel thread's, empty for
+    good; not one we may not read (None). A zombie's is told by its state: recent psutil raises
+    ZombieProcess for it, the oldest we support (test-min) returns []."""
+    return cmdline == [] and stat.state not in ("zombie", "dead") and not stat.kernel
 
 
 def _host(pid: int, host: HostInfo | None) -> HostProcess | None:
